@@ -1,0 +1,126 @@
+/* gdn: the gated delta rule (Gated DeltaNet), forward and backward, on CPU and NVIDIA GPUs.
+ *
+ * The contract is ../shared/SPEC.md (math, layout, errors). In short, per value head h and
+ * sequence b, with S a Sk x Sv state matrix:
+ *
+ *     S <- diag(exp(g_t)) S;   d = beta_t (v_t - S^T k_t);   S <- S + k_t d^T;   o_t = scale S^T q_t
+ *
+ * Tensors are described as in ggml: ne[4] element counts and nb[4] byte strides, innermost
+ * first. Rows must be contiguous (nb[0] == element size); the outer strides are free, so q, k
+ * and v may be row views into one packed projection buffer.
+ *
+ * Every call validates all of its arguments before it writes anything: on error the outputs
+ * are untouched and gdn_last_error(ctx) names the tensor, dimension and values at fault.
+ *
+ * Thread safety: a gdn_context is used by one thread at a time; distinct contexts may be used
+ * concurrently from distinct threads. */
+#ifndef GDN_GDN_H
+#define GDN_GDN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(GDN_SHARED)
+#  ifdef GDN_BUILDING
+#    define GDN_API __declspec(dllexport)
+#  else
+#    define GDN_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define GDN_API __attribute__((visibility("default")))
+#else
+#  define GDN_API
+#endif
+
+#define GDN_VERSION_MAJOR 0
+#define GDN_VERSION_MINOR 1
+#define GDN_VERSION_PATCH 0
+
+typedef enum { GDN_TYPE_F32 = 0, GDN_TYPE_F64 = 1, GDN_TYPE_F16 = 2, GDN_TYPE_BF16 = 3 } gdn_type;
+
+typedef struct gdn_tensor {
+    void    *data;    /* host pointer (ref, cpu) or device pointer (cuda); NULL = absent */
+    gdn_type type;
+    int64_t  ne[4];   /* elements, innermost first */
+    int64_t  nb[4];   /* strides in bytes */
+} gdn_tensor;
+
+/* Which key head value head h reads, for Hk key heads and Hv value heads. */
+typedef enum {
+    GDN_HEAD_MAP_TILED   = 0,   /* kh = h % Hk: the ggml convention (default) */
+    GDN_HEAD_MAP_GROUPED = 1    /* kh = h / (Hv / Hk): the FLA / Hugging Face convention */
+} gdn_head_map;
+
+typedef struct gdn_problem {              /* the forward's inputs, shared by both ops */
+    gdn_tensor   q, k, v, g, beta;        /* [Sk,Hk,T,Bq] [Sk,Hk,T,Bq] [Sv,Hv,T,B] [1|Sk,Hv,T,B] [1,Hv,T,B] */
+    gdn_tensor   state;                   /* s0, [Sk,Sv,Hv,B]; data == NULL: zero initial state */
+    float        scale;                   /* 0: 1/sqrt(Sk) */
+    gdn_head_map head_map;
+} gdn_problem;
+
+typedef struct gdn_grads { gdn_tensor q, k, v, g, beta, state; } gdn_grads;  /* data == NULL: not wanted */
+
+typedef enum {
+    GDN_OK = 0,
+    GDN_ERROR_INVALID_ARGUMENT,  /* NULL where something is required, unknown enum value */
+    GDN_ERROR_SHAPE,             /* sizes that contradict each other or section 3 */
+    GDN_ERROR_LAYOUT,            /* a stride the op cannot read or write (nb[0] wrong, non-positive, elements overlapping) */
+    GDN_ERROR_TYPE,              /* an element type this backend does not take */
+    GDN_ERROR_ALIAS,             /* an output overlaps an input or another output */
+    GDN_ERROR_UNSUPPORTED,       /* valid, but not on this backend (say which limit in the message) */
+    GDN_ERROR_OUT_OF_MEMORY,
+    GDN_ERROR_BACKEND,           /* the backend failed (device error, no device) */
+    GDN_ERROR_UNKNOWN_BACKEND
+} gdn_status;
+
+typedef struct gdn_context gdn_context;
+
+typedef struct gdn_context_params {
+    int   n_threads;   /* cpu: 0 = all cores */
+    int   device;      /* cuda: device ordinal */
+    void *stream;      /* cuda: cudaStream_t, NULL = the default stream */
+    int   chunk_size;  /* 0 = backend default */
+} gdn_context_params;
+
+GDN_API gdn_context_params gdn_context_default_params(void);
+
+/* backend: "ref", "cpu", "cuda" (case-insensitive); NULL = the fastest available.
+ * On failure *out is NULL and the status says why (GDN_ERROR_UNKNOWN_BACKEND for a name this
+ * library does not know, GDN_ERROR_BACKEND for a known backend that cannot start here). */
+GDN_API gdn_status  gdn_context_create(const char *backend, const gdn_context_params *params, gdn_context **out);
+GDN_API void        gdn_context_free(gdn_context *ctx);
+GDN_API const char *gdn_context_backend(const gdn_context *ctx);
+GDN_API const char *gdn_last_error(const gdn_context *ctx);   /* message of the last failed call on ctx; "" after success */
+GDN_API const char *gdn_status_string(gdn_status status);
+
+/* Message of the last gdn_context_create that failed on this thread ("" if none). */
+GDN_API const char *gdn_last_create_error(void);
+
+/* Forward. out: [Sv,Hv,T,B], may be NULL. states: [Sk,Sv,Hv,B*K], may be NULL; slot s of
+ * sequence b (index s*B + b of dim 3) receives the state after token T-1-s (slot 0 = final).
+ * states may be exactly p->state (same pointer, shape and strides): the in-place cache update. */
+GDN_API gdn_status gdn_forward(gdn_context *ctx, const gdn_problem *p,
+                               const gdn_tensor *out,
+                               const gdn_tensor *states);
+
+/* Backward: the gradients of L = sum(d_out * o) + sum_s sum(d_states_s * state_s) with respect to
+ * q, k, v, g, beta and s0, overwritten (not accumulated) into the tensors of grads whose data is
+ * not NULL. d_out NULL = zero; d_states NULL = zero with K = 1. */
+GDN_API gdn_status gdn_backward(gdn_context *ctx, const gdn_problem *p,
+                                const gdn_tensor *d_out,
+                                const gdn_tensor *d_states,
+                                const gdn_grads  *grads);
+
+/* Workspace bytes the context holds or would allocate for the last successful call. */
+GDN_API uint64_t gdn_context_workspace_bytes(const gdn_context *ctx);
+
+/* Whether a backend is compiled in and can start here (a CUDA device exists, say). */
+GDN_API int gdn_backend_available(const char *backend);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GDN_GDN_H */

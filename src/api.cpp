@@ -1,0 +1,158 @@
+// The C API: contexts, dispatch to a backend, and the last-error message.
+#include <algorithm>
+#include <cctype>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "core/backend.h"
+#include "core/validate.h"
+#include "gdn/gdn.h"
+
+struct gdn_context {
+    std::unique_ptr<gdn::Backend> backend;
+    std::string last_error;
+};
+
+namespace {
+
+thread_local std::string g_create_error;
+
+std::string lower(const char *s) {
+    std::string r(s);
+    std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return r;
+}
+
+gdn::Status make_backend(const std::string &name, const gdn_context_params &params, std::unique_ptr<gdn::Backend> &out) {
+    if (name == "ref") return gdn::make_ref_backend(params, out);
+    if (name == "cpu") return gdn::make_cpu_backend(params, out);
+    if (name == "cuda") return gdn::make_cuda_backend(params, out);
+    return gdn::fail(GDN_ERROR_UNKNOWN_BACKEND, "unknown backend \"%s\" (known: ref, cpu, cuda)", name.c_str());
+}
+
+gdn_status finish(gdn_context *ctx, const gdn::Status &s) {
+    ctx->last_error = s.message;
+    return s.code;
+}
+
+template <class Fn>
+gdn_status guarded(gdn_context *ctx, Fn &&fn) {
+    try {
+        return finish(ctx, fn());
+    } catch (const std::bad_alloc &) {
+        return finish(ctx, gdn::fail(GDN_ERROR_OUT_OF_MEMORY, "out of host memory"));
+    } catch (const std::exception &e) {
+        return finish(ctx, gdn::fail(GDN_ERROR_BACKEND, "internal error: %s", e.what()));
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+gdn_context_params gdn_context_default_params(void) {
+    gdn_context_params p;
+    p.n_threads = 0;
+    p.device = 0;
+    p.stream = nullptr;
+    p.chunk_size = 0;
+    return p;
+}
+
+gdn_status gdn_context_create(const char *backend, const gdn_context_params *params, gdn_context **out) {
+    if (out == nullptr) {
+        g_create_error = "out is NULL";
+        return GDN_ERROR_INVALID_ARGUMENT;
+    }
+    *out = nullptr;
+    const gdn_context_params prm = params ? *params : gdn_context_default_params();
+    if (prm.n_threads < 0 || prm.chunk_size < 0 || prm.device < 0) {
+        g_create_error = "params: n_threads, device and chunk_size must not be negative";
+        return GDN_ERROR_INVALID_ARGUMENT;
+    }
+    try {
+        auto ctx = std::make_unique<gdn_context>();
+        gdn::Status s;
+        if (backend != nullptr) {
+            s = make_backend(lower(backend), prm, ctx->backend);
+        } else {
+            // Fastest available first.
+            for (const char *name : {"cuda", "cpu", "ref"}) {
+                s = make_backend(name, prm, ctx->backend);
+                if (s.ok()) break;
+            }
+        }
+        if (!s.ok()) {
+            g_create_error = s.message;
+            return s.code;
+        }
+        g_create_error.clear();
+        *out = ctx.release();
+        return GDN_OK;
+    } catch (const std::bad_alloc &) {
+        g_create_error = "out of host memory";
+        return GDN_ERROR_OUT_OF_MEMORY;
+    }
+}
+
+void gdn_context_free(gdn_context *ctx) { delete ctx; }
+
+const char *gdn_context_backend(const gdn_context *ctx) { return ctx ? ctx->backend->name() : ""; }
+
+const char *gdn_last_error(const gdn_context *ctx) { return ctx ? ctx->last_error.c_str() : "ctx is NULL"; }
+
+const char *gdn_last_create_error(void) { return g_create_error.c_str(); }
+
+const char *gdn_status_string(gdn_status status) {
+    switch (status) {
+        case GDN_OK: return "GDN_OK";
+        case GDN_ERROR_INVALID_ARGUMENT: return "GDN_ERROR_INVALID_ARGUMENT";
+        case GDN_ERROR_SHAPE: return "GDN_ERROR_SHAPE";
+        case GDN_ERROR_LAYOUT: return "GDN_ERROR_LAYOUT";
+        case GDN_ERROR_TYPE: return "GDN_ERROR_TYPE";
+        case GDN_ERROR_ALIAS: return "GDN_ERROR_ALIAS";
+        case GDN_ERROR_UNSUPPORTED: return "GDN_ERROR_UNSUPPORTED";
+        case GDN_ERROR_OUT_OF_MEMORY: return "GDN_ERROR_OUT_OF_MEMORY";
+        case GDN_ERROR_BACKEND: return "GDN_ERROR_BACKEND";
+        case GDN_ERROR_UNKNOWN_BACKEND: return "GDN_ERROR_UNKNOWN_BACKEND";
+    }
+    return "unknown gdn_status";
+}
+
+gdn_status gdn_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states) {
+    if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
+    return guarded(ctx, [&]() -> gdn::Status {
+        gdn::ForwardArgs args;
+        GDN_TRY(gdn::validate_forward(p, out, states, args));
+        GDN_TRY(ctx->backend->supports(args.dims, false));
+        if (args.out == nullptr && args.states == nullptr) return {};  // nothing asked for
+        return ctx->backend->forward(args);
+    });
+}
+
+gdn_status gdn_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
+                        const gdn_grads *grads) {
+    if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
+    return guarded(ctx, [&]() -> gdn::Status {
+        gdn::BackwardArgs args;
+        GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
+        GDN_TRY(ctx->backend->supports(args.dims, true));
+        if (!args.dq && !args.dk && !args.dv && !args.dg && !args.dbeta && !args.ds0) return {};  // nothing asked for
+        return ctx->backend->backward(args);
+    });
+}
+
+uint64_t gdn_context_workspace_bytes(const gdn_context *ctx) { return ctx ? ctx->backend->workspace_bytes() : 0; }
+
+int gdn_backend_available(const char *backend) {
+    if (backend == nullptr) return 0;
+    std::unique_ptr<gdn::Backend> b;
+    try {
+        return make_backend(lower(backend), gdn_context_default_params(), b).ok() ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+}  // extern "C"

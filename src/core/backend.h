@@ -1,0 +1,37 @@
+// The interface every backend implements. The C API (api.cpp) validates each call with
+// validate.cpp, asks the backend whether it takes the case, and only then runs it: a backend
+// may assume its arguments are valid, and must not write anything before it knows it succeeds
+// (allocate first, then compute).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/problem.h"
+#include "core/status.h"
+
+namespace gdn {
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual const char *name() const = 0;
+
+    // Backend-specific limits (types, head sizes) on top of the common validation:
+    // GDN_ERROR_TYPE or GDN_ERROR_UNSUPPORTED naming the limit, or success.
+    virtual Status supports(const Dims &dims, bool backward) const = 0;
+
+    virtual Status forward(const ForwardArgs &args) = 0;
+    virtual Status backward(const BackwardArgs &args) = 0;
+
+    // Workspace bytes held for (or needed by) the last call.
+    virtual uint64_t workspace_bytes() const { return 0; }
+};
+
+// Factories. Each returns a status with a message when the backend cannot start here.
+Status make_ref_backend(const gdn_context_params &params, std::unique_ptr<Backend> &out);
+Status make_cpu_backend(const gdn_context_params &params, std::unique_ptr<Backend> &out);
+Status make_cuda_backend(const gdn_context_params &params, std::unique_ptr<Backend> &out);
+
+}  // namespace gdn

@@ -1,0 +1,54 @@
+// The validated form of one call: sizes resolved once, absent tensors as nullptr.
+// Backends receive these after validate.cpp has accepted every argument.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "gdn/gdn.h"
+
+namespace gdn {
+
+struct Dims {
+    int64_t Sk = 0, Sv = 0;   // key and value head sizes
+    int64_t Hk = 0, Hv = 0;   // key heads, value heads (Hv % Hk == 0)
+    int64_t T = 0;            // tokens
+    int64_t B = 0, Bq = 0;    // sequences, q/k sequences (B % Bq == 0)
+    int64_t K = 1;            // state snapshots
+    int64_t gate_width = 1;   // 1 = GDA (scalar gate), Sk = KDA (per key channel)
+    double scale = 1.0;       // resolved: never 0
+    gdn_head_map head_map = GDN_HEAD_MAP_TILED;
+    gdn_type type = GDN_TYPE_F32;
+
+    int64_t value_heads_per_key_head() const { return Hv / Hk; }
+    int64_t sequences_per_qk_sequence() const { return B / Bq; }
+    int64_t key_head(int64_t value_head) const {
+        return head_map == GDN_HEAD_MAP_TILED ? value_head % Hk : value_head / (Hv / Hk);
+    }
+    int64_t qk_sequence(int64_t sequence) const { return sequence / (B / Bq); }
+    // Snapshots the forward writes: slots 0 .. min(K, T) - 1.
+    int64_t written_slots() const { return K < T ? K : T; }
+    // The j-th value head (0 <= j < Hv/Hk) that reads key head kh, in ascending order.
+    int64_t value_head_of(int64_t kh, int64_t j) const {
+        return head_map == GDN_HEAD_MAP_TILED ? kh + j * Hk : kh * (Hv / Hk) + j;
+    }
+};
+
+struct ForwardArgs {
+    Dims dims;
+    const gdn_tensor *q, *k, *v, *g, *beta;
+    const gdn_tensor *s0;      // nullptr: zero initial state
+    const gdn_tensor *out;     // nullptr: not wanted
+    const gdn_tensor *states;  // nullptr: not wanted; dims.K slots otherwise
+};
+
+struct BackwardArgs {
+    Dims dims;                 // dims.K from d_states (1 when absent)
+    const gdn_tensor *q, *k, *v, *g, *beta;
+    const gdn_tensor *s0;        // nullptr: zero initial state
+    const gdn_tensor *d_out;     // nullptr: zero
+    const gdn_tensor *d_states;  // nullptr: zero
+    const gdn_tensor *dq, *dk, *dv, *dg, *dbeta, *ds0;  // nullptr: not wanted
+};
+
+}  // namespace gdn

@@ -1,0 +1,222 @@
+#include "core/validate.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gdn {
+namespace {
+
+struct Named {
+    const char *name;
+    const gdn_tensor *tensor;
+};
+
+// Type, counts and strides of one tensor on its own.
+Status check_tensor(const Named &t) {
+    const gdn_tensor &x = *t.tensor;
+    if (type_size(x.type) == 0)
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.type = %d is not a gdn_type", t.name, static_cast<int>(x.type));
+    for (int d = 0; d < 4; ++d)
+        if (x.ne[d] < 1)
+            return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = %" PRId64 ": every dimension must be at least 1", t.name, d, x.ne[d]);
+    const auto elem = static_cast<int64_t>(type_size(x.type));
+    if (x.nb[0] != elem)
+        return fail(GDN_ERROR_LAYOUT, "%s.nb[0] = %" PRId64 ": rows must be contiguous (nb[0] = %" PRId64 " for %s)",
+                    t.name, x.nb[0], elem, type_name(x.type));
+    for (int d = 1; d < 4; ++d)
+        if (x.nb[d] <= 0)
+            return fail(GDN_ERROR_LAYOUT, "%s.nb[%d] = %" PRId64 ": strides must be positive", t.name, d, x.nb[d]);
+    if (element_count(x) < 0)
+        return fail(GDN_ERROR_SHAPE, "%s: ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] has more elements than int64 counts",
+                    t.name, x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
+    const int64_t span = byte_span(x);
+    const auto base = reinterpret_cast<uintptr_t>(x.data);
+    if (span < 0 || base + static_cast<uintptr_t>(span) < base)
+        return fail(GDN_ERROR_LAYOUT, "%s: the last element's byte offset overflows (ne and nb too large)", t.name);
+    return {};
+}
+
+Status check_shape(const Named &t, int64_t e0, int64_t e1, int64_t e2, int64_t e3, const char *what) {
+    const int64_t want[4] = {e0, e1, e2, e3};
+    for (int d = 0; d < 4; ++d)
+        if (t.tensor->ne[d] != want[d])
+            return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = %" PRId64 " but %s.ne must be [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] (%s)",
+                        t.name, d, t.tensor->ne[d], t.name, e0, e1, e2, e3, what);
+    return {};
+}
+
+Status check_same_type(const Named &t, gdn_type type) {
+    if (t.tensor->type != type)
+        return fail(GDN_ERROR_TYPE, "%s.type = %s but q.type = %s: every tensor of one call has the same element type",
+                    t.name, type_name(t.tensor->type), type_name(type));
+    return {};
+}
+
+// Sizes from q, k, v, g, beta and the optional s0.
+Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs) {
+    if (p == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "problem is NULL");
+    const Named q{"q", &p->q}, k{"k", &p->k}, v{"v", &p->v}, g{"g", &p->g}, beta{"beta", &p->beta};
+    for (const Named &t : {q, k, v, g, beta})
+        if (t.tensor->data == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data is NULL: %s is required", t.name, t.name);
+    if (p->head_map != GDN_HEAD_MAP_TILED && p->head_map != GDN_HEAD_MAP_GROUPED)
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is not a gdn_head_map", static_cast<int>(p->head_map));
+    if (!std::isfinite(p->scale))
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g is not finite", static_cast<double>(p->scale));
+    inputs = {q, k, v, g, beta};
+    if (p->state.data != nullptr) inputs.push_back({"state", &p->state});
+    for (const Named &t : inputs) GDN_TRY(check_tensor(t));
+    for (const Named &t : inputs) GDN_TRY(check_same_type(t, p->q.type));
+
+    d.type = p->q.type;
+    d.Sk = p->q.ne[0];
+    d.Hk = p->q.ne[1];
+    d.T = p->q.ne[2];
+    d.Bq = p->q.ne[3];
+    d.Sv = p->v.ne[0];
+    d.Hv = p->v.ne[1];
+    d.B = p->v.ne[3];
+    d.head_map = p->head_map;
+    d.scale = p->scale != 0.0f ? static_cast<double>(p->scale) : 1.0 / std::sqrt(static_cast<double>(d.Sk));
+
+    GDN_TRY(check_shape(k, d.Sk, d.Hk, d.T, d.Bq, "k has the shape of q"));
+    if (p->v.ne[2] != d.T)
+        return fail(GDN_ERROR_SHAPE, "v.ne[2] = %" PRId64 " differs from q.ne[2] = %" PRId64 " (tokens)", p->v.ne[2], d.T);
+    if (d.Hv % d.Hk != 0)
+        return fail(GDN_ERROR_SHAPE, "q.ne[1] = %" PRId64 " does not divide v.ne[1] = %" PRId64 " (key heads must divide value heads)", d.Hk, d.Hv);
+    if (d.B % d.Bq != 0)
+        return fail(GDN_ERROR_SHAPE, "q.ne[3] = %" PRId64 " does not divide v.ne[3] = %" PRId64 " (q/k sequences must divide sequences)", d.Bq, d.B);
+    if (p->g.ne[0] != 1 && p->g.ne[0] != d.Sk)
+        return fail(GDN_ERROR_SHAPE, "g.ne[0] = %" PRId64 " must be 1 (scalar gate) or q.ne[0] = %" PRId64 " (per-channel gate)", p->g.ne[0], d.Sk);
+    d.gate_width = p->g.ne[0];
+    GDN_TRY(check_shape(g, d.gate_width, d.Hv, d.T, d.B, "g is [1 or Sk, Hv, T, B]"));
+    GDN_TRY(check_shape(beta, 1, d.Hv, d.T, d.B, "beta is [1, Hv, T, B]"));
+    if (p->state.data != nullptr) GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.B, "state is [Sk, Sv, Hv, B]"));
+    return {};
+}
+
+// K from a states-shaped tensor [Sk, Sv, Hv, B*K].
+Status resolve_slots(const Named &t, Dims &d) {
+    if (t.tensor->ne[3] % d.B != 0)
+        return fail(GDN_ERROR_SHAPE, "%s.ne[3] = %" PRId64 " is not a multiple of v.ne[3] = %" PRId64 " (it is B*K for K snapshots)",
+                    t.name, t.tensor->ne[3], d.B);
+    d.K = t.tensor->ne[3] / d.B;
+    return check_shape(t, d.Sk, d.Sv, d.Hv, d.B * d.K, "states are [Sk, Sv, Hv, B*K]");
+}
+
+bool same_view(const gdn_tensor &a, const gdn_tensor &b) {
+    if (a.data != b.data || a.type != b.type) return false;
+    for (int i = 0; i < 4; ++i)
+        if (a.ne[i] != b.ne[i] || a.nb[i] != b.nb[i]) return false;
+    return true;
+}
+
+// Outputs must not overlap themselves, the inputs, or each other. `in_place` names the one
+// allowed exception: the output that is exactly the input state (the recurrent cache update).
+Status check_aliasing(const std::vector<Named> &inputs, const std::vector<Named> &outputs, const gdn_tensor *in_place) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+        const Named &out = outputs[i];
+        if (self_overlaps(*out.tensor))
+            return fail(GDN_ERROR_LAYOUT, "%s: the strides nb = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] make elements overlap; an output needs distinct elements",
+                        out.name, out.tensor->nb[0], out.tensor->nb[1], out.tensor->nb[2], out.tensor->nb[3]);
+        for (const Named &in : inputs) {
+            if (out.tensor == in_place && in.tensor->data != nullptr && same_view(*in.tensor, *out.tensor)) continue;
+            if (overlaps(*out.tensor, *in.tensor))
+                return fail(GDN_ERROR_ALIAS, "output %s overlaps input %s", out.name, in.name);
+        }
+        for (size_t j = 0; j < i; ++j)
+            if (overlaps(*out.tensor, *outputs[j].tensor))
+                return fail(GDN_ERROR_ALIAS, "output %s overlaps output %s", out.name, outputs[j].name);
+    }
+    return {};
+}
+
+const gdn_tensor *if_present(const gdn_tensor *t) { return present(t) ? t : nullptr; }
+
+}  // namespace
+
+Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, ForwardArgs &args) {
+    Dims d;
+    std::vector<Named> inputs;
+    GDN_TRY(resolve_inputs(p, d, inputs));
+    std::vector<Named> outputs;
+    if (present(out)) {
+        const Named o{"out", out};
+        GDN_TRY(check_tensor(o));
+        GDN_TRY(check_same_type(o, d.type));
+        GDN_TRY(check_shape(o, d.Sv, d.Hv, d.T, d.B, "out is [Sv, Hv, T, B]"));
+        outputs.push_back(o);
+    }
+    const gdn_tensor *in_place = nullptr;
+    if (present(states)) {
+        const Named s{"states", states};
+        GDN_TRY(check_tensor(s));
+        GDN_TRY(check_same_type(s, d.type));
+        GDN_TRY(resolve_slots(s, d));
+        outputs.push_back(s);
+        if (p->state.data != nullptr && same_view(*states, p->state)) in_place = states;
+    }
+    GDN_TRY(check_aliasing(inputs, outputs, in_place));
+    args = ForwardArgs{d, &p->q, &p->k, &p->v, &p->g, &p->beta, if_present(&p->state), if_present(out), if_present(states)};
+    return {};
+}
+
+Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
+                         const gdn_grads *grads, BackwardArgs &args) {
+    Dims d;
+    std::vector<Named> inputs;
+    GDN_TRY(resolve_inputs(p, d, inputs));
+    if (grads == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "grads is NULL (set a gradient's data to NULL to skip it)");
+    if (present(d_out)) {
+        const Named t{"d_out", d_out};
+        GDN_TRY(check_tensor(t));
+        GDN_TRY(check_same_type(t, d.type));
+        GDN_TRY(check_shape(t, d.Sv, d.Hv, d.T, d.B, "d_out is [Sv, Hv, T, B]"));
+        inputs.push_back(t);
+    }
+    if (present(d_states)) {
+        const Named t{"d_states", d_states};
+        GDN_TRY(check_tensor(t));
+        GDN_TRY(check_same_type(t, d.type));
+        GDN_TRY(resolve_slots(t, d));
+        inputs.push_back(t);
+    }
+    const Named wanted[] = {{"grads.q", &grads->q}, {"grads.k", &grads->k}, {"grads.v", &grads->v},
+                            {"grads.g", &grads->g}, {"grads.beta", &grads->beta}, {"grads.state", &grads->state}};
+    const gdn_tensor *shape_of[] = {&p->q, &p->k, &p->v, &p->g, &p->beta, nullptr};
+    std::vector<Named> outputs;
+    for (int i = 0; i < 6; ++i) {
+        const Named &t = wanted[i];
+        if (!present(t.tensor)) continue;
+        GDN_TRY(check_tensor(t));
+        GDN_TRY(check_same_type(t, d.type));
+        if (shape_of[i] != nullptr) {
+            const int64_t *ne = shape_of[i]->ne;
+            GDN_TRY(check_shape(t, ne[0], ne[1], ne[2], ne[3], "a gradient has the shape of its input"));
+        } else {
+            GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.B, "the state gradient is [Sk, Sv, Hv, B]"));
+        }
+        outputs.push_back(t);
+    }
+    GDN_TRY(check_aliasing(inputs, outputs, nullptr));
+    args = BackwardArgs{d,
+                        &p->q,
+                        &p->k,
+                        &p->v,
+                        &p->g,
+                        &p->beta,
+                        if_present(&p->state),
+                        if_present(d_out),
+                        if_present(d_states),
+                        if_present(&grads->q),
+                        if_present(&grads->k),
+                        if_present(&grads->v),
+                        if_present(&grads->g),
+                        if_present(&grads->beta),
+                        if_present(&grads->state)};
+    return {};
+}
+
+}  // namespace gdn

@@ -1,0 +1,61 @@
+// The ref backend: the per-token recurrence of SPEC section 2 accumulating in double, one unit
+// after another on the calling thread. It is the oracle the other backends are held against:
+// clear before fast.
+#include "core/backend.h"
+#include "math/token_driver.h"
+
+namespace gdn {
+namespace {
+
+class RefBackend final : public Backend {
+public:
+    const char *name() const override { return "ref"; }
+
+    Status supports(const Dims &d, bool) const override {
+        if (d.type != GDN_TYPE_F32 && d.type != GDN_TYPE_F64)
+            return fail(GDN_ERROR_TYPE, "the ref backend takes F32 and F64 tensors, not %s", type_name(d.type));
+        return {};
+    }
+
+    Status forward(const ForwardArgs &a) override {
+        return a.dims.type == GDN_TYPE_F32 ? run_forward<float>(a) : run_forward<double>(a);
+    }
+
+    Status backward(const BackwardArgs &a) override {
+        return a.dims.type == GDN_TYPE_F32 ? run_backward<float>(a) : run_backward<double>(a);
+    }
+
+    uint64_t workspace_bytes() const override { return workspace_; }
+
+private:
+    template <class In>
+    Status run_forward(const ForwardArgs &a) {
+        token::ForwardScratch<In, double> scratch;
+        scratch.resize(a.dims);  // allocate before anything is written
+        workspace_ = sizeof(double) * (scratch.state.size() + scratch.o.size());
+        for (int64_t b = 0; b < a.dims.B; ++b)
+            for (int64_t h = 0; h < a.dims.Hv; ++h) token::forward_unit(a, b, h, scratch);
+        return {};
+    }
+
+    template <class In>
+    Status run_backward(const BackwardArgs &a) {
+        token::BackwardScratch<In, double> scratch;
+        scratch.resize(a.dims, token::default_segment(a.dims.T));
+        workspace_ = scratch.bytes();
+        for (int64_t bq = 0; bq < a.dims.Bq; ++bq)
+            for (int64_t kh = 0; kh < a.dims.Hk; ++kh) token::backward_group(a, bq, kh, scratch);
+        return {};
+    }
+
+    uint64_t workspace_ = 0;
+};
+
+}  // namespace
+
+Status make_ref_backend(const gdn_context_params &, std::unique_ptr<Backend> &out) {
+    out = std::make_unique<RefBackend>();
+    return {};
+}
+
+}  // namespace gdn
