@@ -49,6 +49,34 @@ gdn_status guarded(gdn_context *ctx, Fn &&fn) {
 
 }  // namespace
 
+namespace {
+
+gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, bool compute) {
+    if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
+    return guarded(ctx, [&]() -> gdn::Status {
+        gdn::ForwardArgs args;
+        GDN_TRY(gdn::validate_forward(p, out, states, args));
+        GDN_TRY(ctx->backend->supports(args.dims, false));
+        if (!compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
+        return ctx->backend->forward(args);
+    });
+}
+
+gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
+                        const gdn_grads *grads, bool compute) {
+    if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
+    return guarded(ctx, [&]() -> gdn::Status {
+        gdn::BackwardArgs args;
+        GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
+        GDN_TRY(ctx->backend->supports(args.dims, true));
+        const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;
+        if (!compute || !wanted) return {};  // nothing asked for
+        return ctx->backend->backward(args);
+    });
+}
+
+}  // namespace
+
 extern "C" {
 
 gdn_context_params gdn_context_default_params(void) {
@@ -120,27 +148,23 @@ const char *gdn_status_string(gdn_status status) {
     return "unknown gdn_status";
 }
 
+
 gdn_status gdn_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states) {
-    if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
-    return guarded(ctx, [&]() -> gdn::Status {
-        gdn::ForwardArgs args;
-        GDN_TRY(gdn::validate_forward(p, out, states, args));
-        GDN_TRY(ctx->backend->supports(args.dims, false));
-        if (args.out == nullptr && args.states == nullptr) return {};  // nothing asked for
-        return ctx->backend->forward(args);
-    });
+    return run_forward(ctx, p, out, states, true);
+}
+
+gdn_status gdn_check_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states) {
+    return run_forward(ctx, p, out, states, false);
 }
 
 gdn_status gdn_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                         const gdn_grads *grads) {
-    if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
-    return guarded(ctx, [&]() -> gdn::Status {
-        gdn::BackwardArgs args;
-        GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
-        GDN_TRY(ctx->backend->supports(args.dims, true));
-        if (!args.dq && !args.dk && !args.dv && !args.dg && !args.dbeta && !args.ds0) return {};  // nothing asked for
-        return ctx->backend->backward(args);
-    });
+    return run_backward(ctx, p, d_out, d_states, grads, true);
+}
+
+gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
+                              const gdn_grads *grads) {
+    return run_backward(ctx, p, d_out, d_states, grads, false);
 }
 
 uint64_t gdn_context_workspace_bytes(const gdn_context *ctx) { return ctx ? ctx->backend->workspace_bytes() : 0; }

@@ -114,6 +114,14 @@ GDN_API gdn_status gdn_backward(gdn_context *ctx, const gdn_problem *p,
                                 const gdn_tensor *d_states,
                                 const gdn_grads  *grads);
 
+/* Dry runs: validate the arguments and ask the backend whether it takes the case, exactly as
+ * gdn_forward / gdn_backward would, without computing or writing anything. */
+GDN_API gdn_status gdn_check_forward(gdn_context *ctx, const gdn_problem *p,
+                                     const gdn_tensor *out, const gdn_tensor *states);
+GDN_API gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p,
+                                      const gdn_tensor *d_out, const gdn_tensor *d_states,
+                                      const gdn_grads *grads);
+
 /* Workspace bytes the context holds or would allocate for the last successful call. */
 GDN_API uint64_t gdn_context_workspace_bytes(const gdn_context *ctx);
 

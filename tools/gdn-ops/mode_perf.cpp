@@ -1,0 +1,90 @@
+// gdn-ops perf: per case, the median time of repeated runs lasting at least --min-time, tokens
+// per second, GFLOP/s on the canonical count (SPEC section 8), % of the measured F32 FMA peak,
+// and the workspace.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "modes.h"
+#include "peak.h"
+#include "problem_data.h"
+#include "report.h"
+
+namespace gdn::ops {
+
+int run_perf(const Options &o) {
+    Report report(o.output, "perf");
+    std::vector<testkit::BackendSpec> backends;
+    if (!chosen_backends(o, false, backends)) return 2;
+    const Peak peak = measure_peak(o.threads);
+    char head[160];
+    std::snprintf(head, sizeof head, "Peak F32 FMA on this machine: %.1f GFLOP/s (%s, %d thread%s)", peak.gflops, peak.isa,
+                  peak.threads, peak.threads == 1 ? "" : "s");
+    report.say(head);
+    report.add({"host", "peak", "perf", Verdict::Info, peak.isa, {{"gflops", peak.gflops}, {"threads", peak.threads}}});
+    const std::vector<testkit::Case> cases = select_cases(o);
+    for (const auto &spec : backends) {
+        report.say("Backend " + spec.label + ":");
+        testkit::BackendSession session(spec, o.threads, o.chunk_size);
+        if (!session.ok()) {
+            report.add({spec.label, "backend start", "", Verdict::Fail, "cannot start: " + session.error(), {}});
+            continue;
+        }
+        for (const testkit::Case &c : cases) {
+            Record rec{spec.label, c.label(), c.group, Verdict::Info, "", {}};
+            std::string why;
+            const gdn_status support = testkit::check_case(c, GDN_TYPE_F32, session, why);
+            if (support != GDN_OK) {
+                rec.verdict = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE ? Verdict::Skip : Verdict::Fail;
+                rec.note = std::string(gdn_status_string(support)) + ": " + why;
+                report.add(rec);
+                continue;
+            }
+            testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o.seed));
+            testkit::TensorSet outputs = testkit::make_outputs(c, GDN_TYPE_F32);
+            testkit::Mirror in(inputs, session.memory()), out(outputs, session.memory());
+            in.upload();
+            out.upload();
+            const gdn_problem p = testkit::problem_of(c, in);
+            const gdn_tensor o_t = out.tensor("out"), states = out.tensor("states");
+            const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
+            const gdn_grads grads = testkit::grads_of(out);
+            auto call = [&] {
+                return c.op == testkit::Op::Forward ? gdn_forward(session.context(), &p, &o_t, &states)
+                                                    : gdn_backward(session.context(), &p, &d_out, &d_states, &grads);
+            };
+            gdn_status status = call();  // warm-up: workspace, caches, clocks
+            session.memory().synchronize();
+            std::vector<double> times;
+            double total = 0;
+            while (status == GDN_OK && (total < o.min_time || times.size() < 3) && times.size() < 100000) {
+                const auto start = std::chrono::steady_clock::now();
+                status = call();
+                session.memory().synchronize();
+                const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                times.push_back(dt);
+                total += dt;
+            }
+            if (status != GDN_OK) {
+                rec.verdict = Verdict::Fail;
+                rec.note = std::string(gdn_status_string(status)) + ": " + gdn_last_error(session.context());
+                report.add(rec);
+                continue;
+            }
+            std::sort(times.begin(), times.end());
+            const double median = times[times.size() / 2];
+            const double tokens = static_cast<double>(c.shape.T * c.shape.B);
+            const double gflops = c.canonical_flops() / median / 1e9;
+            rec.values = {{"ms", median * 1e3},
+                          {"tok/s", tokens / median},
+                          {"GFLOP/s", gflops},
+                          {"%peak", session.memory().is_host() ? 100.0 * gflops / peak.gflops : 0.0},
+                          {"workspace_MiB", static_cast<double>(gdn_context_workspace_bytes(session.context())) / (1 << 20)},
+                          {"runs", static_cast<double>(times.size())}};
+            report.add(rec);
+        }
+    }
+    return report.finish();
+}
+
+}  // namespace gdn::ops

@@ -1,0 +1,125 @@
+// gdn-ops test: every backend other than REF against REF, per output tensor.
+#include <cstdio>
+#include <map>
+
+#include "metrics.h"
+#include "modes.h"
+#include "problem_data.h"
+#include "report.h"
+#include "thresholds.h"
+
+namespace gdn::ops {
+
+bool chosen_backends(const Options &o, bool with_ref_by_default, std::vector<testkit::BackendSpec> &out) {
+    const std::vector<testkit::BackendSpec> available = testkit::available_backends();
+    out.clear();
+    if (o.backends.empty()) {
+        for (const auto &b : available)
+            if (with_ref_by_default || b.label != "REF") out.push_back(b);
+        return true;
+    }
+    for (const std::string &name : o.backends) {
+        testkit::BackendSpec spec;
+        if (!testkit::parse_backend(name, spec)) {
+            std::fprintf(stderr, "gdn-ops: unknown backend \"%s\" (REF, CPU, CUDA0, ...)\n", name.c_str());
+            return false;
+        }
+        out.push_back(spec);  // an unavailable one fails visibly when it cannot start
+    }
+    return true;
+}
+
+namespace {
+
+std::vector<std::string> output_names(const testkit::Case &c) {
+    if (c.op == testkit::Op::Forward) return {"out", "states"};
+    return {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+}
+
+// What a run's status says about the case: supported and computed, or refused for a reason
+// that is the backend's to give (not supported), or a failure.
+bool refused_as_unsupported(gdn_status s) { return s == GDN_ERROR_UNSUPPORTED || s == GDN_ERROR_TYPE; }
+
+}  // namespace
+
+int run_test(const Options &o) {
+    Report report(o.output, "test");
+    std::vector<testkit::BackendSpec> backends;
+    if (!chosen_backends(o, false, backends)) return 2;
+    std::vector<testkit::BackendSpec> compared;
+    for (const auto &b : backends)
+        if (b.label != "REF") compared.push_back(b);
+    if (compared.empty()) {
+        report.say("test: no backend other than REF is available here, so there is nothing to compare "
+                   "(REF is the reference; gdn-ops grad checks it against finite differences)");
+        return report.finish();
+    }
+    testkit::BackendSession ref({"REF", "ref", 0}, 1);
+    const std::vector<testkit::Case> cases = select_cases(o);
+    std::map<std::string, testkit::TensorSet> ref_outputs;  // by label and seed
+    report.say("Testing " + std::to_string(compared.size()) + " backend(s) against REF on " + std::to_string(cases.size()) +
+               " cases");
+    for (const auto &spec : compared) {
+        report.say("Backend " + spec.label + ":");
+        testkit::BackendSession session(spec, o.threads, o.chunk_size);
+        if (!session.ok()) {
+            report.add({spec.label, "backend start", "", Verdict::Fail, "cannot start: " + session.error(), {}});
+            continue;
+        }
+        for (const testkit::Case &c : cases)
+            for (int rep = 0; rep < o.repeat; ++rep) {
+                const uint64_t seed = c.seed(o.seed + static_cast<uint64_t>(rep));
+                Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
+                std::string why;
+                const gdn_status support = testkit::check_case(c, GDN_TYPE_F32, session, why);
+                if (support != GDN_OK) {
+                    rec.verdict = refused_as_unsupported(support) ? Verdict::Skip : Verdict::Fail;
+                    rec.note = std::string(gdn_status_string(support)) + ": " + why;
+                    report.add(rec);
+                    continue;
+                }
+                testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, seed);
+                const std::string key = rec.label + "#" + std::to_string(seed);
+                if (!ref_outputs.count(key)) {
+                    testkit::RunResult r = testkit::run_case(c, inputs, ref);
+                    if (r.status != GDN_OK) {
+                        rec.verdict = Verdict::Fail;
+                        rec.note = "REF failed: " + r.error;
+                        report.add(rec);
+                        continue;
+                    }
+                    ref_outputs.emplace(key, std::move(r.outputs));
+                }
+                const testkit::TensorSet &expected = ref_outputs.at(key);
+                testkit::RunResult r = testkit::run_case(c, inputs, session);
+                if (r.status != GDN_OK) {
+                    rec.verdict = Verdict::Fail;
+                    rec.note = std::string(gdn_status_string(r.status)) + ": " + r.error;
+                } else if (!r.stray_write.empty()) {
+                    rec.verdict = Verdict::Fail;
+                    rec.note = r.stray_write;
+                }
+                double worst_nmse = 0, worst_rel = 0;
+                for (const std::string &name : output_names(c)) {
+                    if (r.status != GDN_OK) break;
+                    const testkit::Comparison cmp = testkit::compare(r.outputs.read(name), expected.read(name));
+                    const testkit::Threshold thr = testkit::test_threshold(c, name);
+                    worst_nmse = std::max(worst_nmse, cmp.nmse);
+                    worst_rel = std::max(worst_rel, cmp.max_rel);
+                    if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
+                        rec.verdict = Verdict::Fail;
+                        char buf[160];
+                        std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", rec.note.empty() ? "" : "; ",
+                                      name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
+                        rec.note += buf;
+                    }
+                }
+                rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
+                report.add(rec);
+            }
+        report.backend_summary(spec.label);
+    }
+    return report.finish();
+}
+
+}  // namespace gdn::ops

@@ -1,0 +1,47 @@
+// Command line of gdn-ops (SPEC section 7).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "case.h"
+
+namespace gdn::ops {
+
+enum class Mode { Test, Grad, Perf, Support, List };
+enum class Output { Console, Csv, Json };
+
+// A model's delta-net shape, from --preset or --gguf.
+struct ModelShape {
+    std::string name;
+    int64_t Sk = 0, Sv = 0, Hk = 0, Hv = 0;
+};
+
+struct Options {
+    Mode mode = Mode::Test;
+    bool forward = true, backward = true;     // -o
+    std::vector<std::string> backends;        // -b, empty = every available
+    std::optional<std::regex> pattern;        // -p, matched against the group and the label
+    std::string pattern_text;
+    std::optional<ModelShape> model;          // --preset / --gguf
+    std::string preset, gguf;
+    uint64_t seed = 0;
+    int repeat = 1;
+    int threads = 0;                          // -t, 0 = all cores
+    int chunk_size = 0;                       // -c, 0 = backend default
+    int samples = 8;                          // grad: elements per tensor
+    double min_time = 1.0;                    // perf: seconds of runs per case
+    bool list_presets = false;                // list --preset with no name
+    Output output = Output::Console;
+};
+
+// Parses argv; on error prints it with the usage and returns false (exit_code set).
+bool parse_options(int argc, char **argv, Options &out, int &exit_code);
+
+// The cases a mode runs: the default groups (perf: the perf cases), or the model's shape.
+std::vector<testkit::Case> select_cases(const Options &o);
+
+}  // namespace gdn::ops

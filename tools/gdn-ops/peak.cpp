@@ -1,0 +1,103 @@
+// Independent FMA chains, enough of them to cover the FMA latency on both pipes, in the
+// widest vectors the processor has. Loads and stores are absent on purpose: this is the
+// arithmetic ceiling the kernels are measured against.
+#include "peak.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace gdn::ops {
+namespace {
+
+constexpr int kChains = 12;
+constexpr long kSteps = 1 << 16;
+
+__attribute__((target("avx512f"))) double fma_avx512(long steps) {
+    __m512 acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + c * 1e-3f);
+    const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+    for (long s = 0; s < steps; ++s)
+        for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], mul, add);
+    __m512 sum = acc[0];
+    for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    volatile float sink = lanes[0];
+    (void)sink;
+    return 2.0 * 16 * kChains * static_cast<double>(steps);
+}
+
+__attribute__((target("avx2,fma"))) double fma_avx2(long steps) {
+    __m256 acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + c * 1e-3f);
+    const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    for (long s = 0; s < steps; ++s)
+        for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], mul, add);
+    __m256 sum = acc[0];
+    for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, sum);
+    volatile float sink = lanes[0];
+    (void)sink;
+    return 2.0 * 8 * kChains * static_cast<double>(steps);
+}
+
+double fma_scalar(long steps) {
+    float acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = 1.0f + c * 1e-3f;
+    for (long s = 0; s < steps; ++s)
+        for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * 0.999999f + 1e-7f;
+    volatile float sink = acc[0];
+    (void)sink;
+    return 2.0 * kChains * static_cast<double>(steps);
+}
+
+using Kernel = double (*)(long);
+
+double run_threads(Kernel kernel, int threads, double seconds) {
+    std::atomic<bool> go{false};
+    std::vector<double> rates(static_cast<size_t>(threads), 0.0);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            while (!go.load()) std::this_thread::yield();
+            const auto start = std::chrono::steady_clock::now();
+            double flops = 0, elapsed = 0;
+            do {
+                flops += kernel(kSteps);
+                elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            } while (elapsed < seconds);
+            rates[static_cast<size_t>(t)] = flops / elapsed;
+        });
+    go = true;
+    for (auto &th : pool) th.join();
+    double total = 0;
+    for (double r : rates) total += r;
+    return total / 1e9;
+}
+
+}  // namespace
+
+Peak measure_peak(int threads, double seconds) {
+    Peak p;
+    p.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+    __builtin_cpu_init();
+    Kernel kernel = fma_scalar;
+    if (__builtin_cpu_supports("avx512f")) {
+        kernel = fma_avx512;
+        p.isa = "avx512";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        kernel = fma_avx2;
+        p.isa = "avx2+fma";
+    }
+    run_threads(kernel, p.threads, 0.05);  // wake the cores
+    p.gflops = run_threads(kernel, p.threads, seconds);
+    return p;
+}
+
+}  // namespace gdn::ops

@@ -1,0 +1,260 @@
+#include "case.h"
+
+#include <cstdio>
+
+#include "random.h"
+
+namespace gdn::testkit {
+
+const char *gate_name(Gate g) {
+    switch (g) {
+        case Gate::Zero: return "zero";
+        case Gate::Mild: return "mild";
+        case Gate::Strong: return "strong";
+        case Gate::Spike: return "spike";
+        case Gate::Mixed: return "mixed";
+    }
+    return "?";
+}
+
+const char *beta_name(BetaFill b) {
+    switch (b) {
+        case BetaFill::Random: return "rand";
+        case BetaFill::Zero: return "0";
+        case BetaFill::One: return "1";
+    }
+    return "?";
+}
+
+std::string Case::label() const {
+    char buf[384];
+    const Shape &s = shape;
+    std::snprintf(buf, sizeof buf,
+                  "%s(Sk=%lld,Sv=%lld,Hk=%lld,Hv=%lld,T=%lld,B=%lld,Bq=%lld,gate=%s,heads=%s,qk=%s,s0=%d,K=%lld,g=%s,beta=%s)",
+                  op_name(), (long long)s.Sk, (long long)s.Sv, (long long)s.Hk, (long long)s.Hv, (long long)s.T,
+                  (long long)s.B, (long long)s.Bq, kda ? "channel" : "scalar",
+                  heads == GDN_HEAD_MAP_TILED ? "tiled" : "grouped", strided ? "strided" : "contig", s0 ? 1 : 0,
+                  (long long)s.K, gate_name(gate), beta_name(beta));
+    return buf;
+}
+
+uint64_t Case::seed(uint64_t run_seed) const {
+    // The op is not part of the data: both ops of one shape see the same inputs.
+    std::string data_label = label();
+    data_label.erase(0, data_label.find('('));
+    return hash_string(data_label.c_str()) + 0x9E3779B97F4A7C15ull * run_seed;
+}
+
+double Case::canonical_flops() const {
+    const double per = (op == Op::Forward ? 8.0 : 24.0) * shape.Sk * shape.Sv;
+    return per * shape.Hv * shape.T * shape.B;
+}
+
+namespace {
+
+Case make(const std::string &group, Shape s, bool kda, bool strided) {
+    Case c;
+    c.group = group;
+    c.shape = s;
+    c.kda = kda;
+    c.strided = strided && s.B == s.Bq;
+    return c;
+}
+
+void add_both_ops(std::vector<Case> &out, Case c) {
+    c.op = Op::Forward;
+    out.push_back(c);
+    c.op = Op::Backward;
+    out.push_back(c);
+}
+
+void seed_group(std::vector<Case> &out) {
+    // The 27B-like ingredients no public backward test had, crossed in a Latin-square pattern
+    // rather than a full product: every token count meets every head size once, and value-head
+    // repeat, sequence count, gate kind and layout rotate through them.
+    const int64_t tokens[] = {1, 33, 64, 65, 130};
+    const int64_t sizes[] = {16, 32, 64, 128};
+    for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 4; ++j) {
+            Shape s;
+            s.Sk = s.Sv = sizes[j];
+            s.Hk = 2;
+            s.Hv = s.Hk * (2 + (i + j) % 2);
+            s.T = tokens[i];
+            s.B = s.Bq = 1 + (i + j / 2) % 2;
+            Case c = make("seed", s, (i + j) % 3 == 0, (i * 4 + j) % 4 != 3);
+            add_both_ops(out, c);
+        }
+}
+
+void model_group(std::vector<Case> &out) {
+    for (const Case &c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {1, 64, 130}, "model")) out.push_back(c);
+    for (const Case &c : model_cases("qwen3-next-80b-a3b", 128, 128, 16, 32, {65}, "model")) out.push_back(c);
+}
+
+void edge_group(std::vector<Case> &out) {
+    Shape base;
+    base.Sk = base.Sv = 16;
+    base.Hk = 2;
+    base.Hv = 4;
+    base.T = 65;
+    base.B = base.Bq = 2;
+    auto edge = [&](Shape s, bool kda = false) { return make("edge", s, kda, true); };
+
+    for (Gate g : {Gate::Zero, Gate::Mild, Gate::Strong, Gate::Spike})
+        for (bool kda : {false, true}) {
+            Case c = edge(base, kda);
+            c.gate = g;
+            add_both_ops(out, c);
+        }
+    {
+        Shape s = base;
+        s.T = 33;
+        Case c = edge(s, true);
+        c.gate = Gate::Mixed;
+        add_both_ops(out, c);
+    }
+    for (BetaFill b : {BetaFill::Zero, BetaFill::One}) {
+        Case c = edge(base);
+        c.beta = b;
+        add_both_ops(out, c);
+    }
+    {
+        Case c = edge(base);
+        c.s0 = false;
+        add_both_ops(out, c);
+    }
+    for (int64_t K : {2, 4}) {
+        Shape s = base;
+        s.K = K;
+        add_both_ops(out, edge(s));
+    }
+    {
+        Shape s = base;  // K > T: slots T..K-1 are neither written nor read
+        s.T = 3;
+        s.K = 4;
+        add_both_ops(out, edge(s));
+    }
+    for (auto [Sk, Sv] : {std::pair<int64_t, int64_t>{32, 16}, {16, 48}}) {
+        Shape s = base;
+        s.Sk = Sk;
+        s.Sv = Sv;
+        add_both_ops(out, edge(s, Sk == 32));
+    }
+    {
+        Shape s = base;
+        s.Hv = 6;
+        Case c = edge(s);
+        c.heads = GDN_HEAD_MAP_GROUPED;
+        add_both_ops(out, c);
+    }
+    for (auto [B, Bq] : {std::pair<int64_t, int64_t>{4, 2}, {2, 1}}) {
+        Shape s = base;
+        s.B = B;
+        s.Bq = Bq;
+        add_both_ops(out, edge(s));
+    }
+    for (int64_t size : {1, 2, 4, 256}) {
+        Shape s = base;
+        s.Sk = s.Sv = size;
+        if (size == 256) {
+            s.T = 33;
+            s.Hv = 2;
+            s.Hk = 1;
+            s.B = s.Bq = 1;
+        }
+        add_both_ops(out, edge(s, size == 4));
+    }
+}
+
+void fd_group(std::vector<Case> &out) {
+    // Small enough for finite differences of every element class, with head size 4 (where
+    // public F32 finite-difference checks flake) and every feature once.
+    Shape base;
+    base.Sk = base.Sv = 4;
+    base.Hk = 2;
+    base.Hv = 4;
+    base.T = 9;
+    base.B = base.Bq = 2;
+    auto fd = [&](Shape s, bool kda, bool strided) { return make("fd", s, kda, strided); };
+    add_both_ops(out, fd(base, false, false));
+    add_both_ops(out, fd(base, true, true));
+    {
+        Case c = fd(base, false, true);
+        c.heads = GDN_HEAD_MAP_GROUPED;
+        c.gate = Gate::Spike;
+        add_both_ops(out, c);
+    }
+    {
+        Shape s = base;
+        s.B = 4;
+        s.Bq = 2;
+        s.K = 3;
+        add_both_ops(out, fd(s, false, true));
+    }
+    {
+        Shape s = base;
+        s.Sk = 4;
+        s.Sv = 3;
+        Case c = fd(s, true, false);
+        c.s0 = false;
+        c.beta = BetaFill::One;
+        add_both_ops(out, c);
+    }
+    {
+        Shape s = base;
+        s.T = 1;
+        s.K = 2;
+        Case c = fd(s, true, true);
+        c.gate = Gate::Mixed;
+        add_both_ops(out, c);
+    }
+    {
+        Shape s = base;
+        s.Sk = s.Sv = 1;
+        s.Hk = 1;
+        s.Hv = 3;
+        add_both_ops(out, fd(s, false, true));
+    }
+}
+
+}  // namespace
+
+std::vector<Case> model_cases(const std::string &model, int64_t Sk, int64_t Sv, int64_t Hk, int64_t Hv,
+                              const std::vector<int64_t> &token_counts, const std::string &group) {
+    std::vector<Case> out;
+    for (int64_t T : token_counts) {
+        Shape s;
+        s.Sk = Sk;
+        s.Sv = Sv;
+        s.Hk = Hk;
+        s.Hv = Hv;
+        s.T = T;
+        s.B = s.Bq = 1;
+        Case c = make(group, s, false, true);
+        c.model = model;
+        add_both_ops(out, c);
+    }
+    return out;
+}
+
+std::vector<Case> default_cases() {
+    std::vector<Case> out;
+    seed_group(out);
+    model_group(out);
+    edge_group(out);
+    fd_group(out);
+    return out;
+}
+
+std::vector<Case> perf_cases() {
+    std::vector<Case> out = model_cases("qwen3.5-27b", 128, 128, 16, 48, {1, 512, 4096}, "perf");
+    for (const Case &c : model_cases("qwen3-next-80b-a3b", 128, 128, 16, 32, {4096}, "perf")) out.push_back(c);
+    for (Case c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {512}, "perf")) {
+        c.kda = true;
+        out.push_back(c);
+    }
+    return out;
+}
+
+}  // namespace gdn::testkit

@@ -1,0 +1,223 @@
+#include "finite_diff.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+
+#include "problem_data.h"
+#include "random.h"
+
+namespace gdn::testkit {
+namespace {
+
+struct Unit {
+    int64_t b, h;
+};
+
+struct Sizes {
+    int64_t Sk, Sv, Hk, Hv, T, B, Bq, K;
+    gdn_head_map heads;
+    int64_t key_head(int64_t h) const { return heads == GDN_HEAD_MAP_TILED ? h % Hk : h / (Hv / Hk); }
+    int64_t qk_sequence(int64_t b) const { return b / (B / Bq); }
+};
+
+gdn_tensor sub(const gdn_tensor &t, int64_t i1, int64_t i3, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
+    gdn_tensor s = t;
+    s.data = static_cast<char *>(t.data) + i1 * t.nb[1] + i3 * t.nb[3];
+    s.ne[0] = ne0;
+    s.ne[1] = ne1;
+    s.ne[2] = ne2;
+    s.ne[3] = ne3;
+    return s;
+}
+
+gdn_tensor contiguous(std::vector<double> &storage, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
+    storage.assign(static_cast<size_t>(n0 * n1 * n2 * n3), 0.0);
+    gdn_tensor t{};
+    t.data = storage.data();
+    t.type = GDN_TYPE_F64;
+    const int64_t ne[4] = {n0, n1, n2, n3};
+    int64_t stride = 8;
+    for (int d = 0; d < 4; ++d) {
+        t.ne[d] = ne[d];
+        t.nb[d] = stride;
+        stride *= ne[d];
+    }
+    return t;
+}
+
+// The loss of one unit: sum(dO * o) + sum over written slots of sum(dS * state).
+class UnitLoss {
+public:
+    UnitLoss(const Case &c, TensorSet &inputs, gdn_context *ref) : c_(c), in_(inputs), ref_(ref) {
+        const Shape &s = c.shape;
+        sz_ = {s.Sk, s.Sv, s.Hk, s.Hv, s.T, s.B, s.Bq, s.K, c.heads};
+        out_t_ = contiguous(out_, s.Sv, 1, s.T, 1);
+        states_t_ = contiguous(states_, s.Sk, s.Sv, 1, s.K);
+    }
+
+    double operator()(const Unit &u) {
+        const Sizes &z = sz_;
+        const int64_t kh = z.key_head(u.h), bq = z.qk_sequence(u.b);
+        gdn_problem p{};
+        p.q = sub(in_.host("q"), kh, bq, z.Sk, 1, z.T, 1);
+        p.k = sub(in_.host("k"), kh, bq, z.Sk, 1, z.T, 1);
+        p.v = sub(in_.host("v"), u.h, u.b, z.Sv, 1, z.T, 1);
+        const gdn_tensor g = in_.host("g");
+        p.g = sub(g, u.h, u.b, g.ne[0], 1, z.T, 1);
+        p.beta = sub(in_.host("beta"), u.h, u.b, 1, 1, z.T, 1);
+        const gdn_tensor s0 = in_.host("state");
+        if (s0.data) {
+            p.state = s0;
+            p.state.data = static_cast<char *>(s0.data) + u.h * s0.nb[2] + u.b * s0.nb[3];
+            p.state.ne[2] = p.state.ne[3] = 1;
+        }
+        p.head_map = c_.heads;
+        if (gdn_forward(ref_, &p, &out_t_, &states_t_) != GDN_OK)
+            throw std::runtime_error(std::string("ref forward of a unit failed: ") + gdn_last_error(ref_));
+
+        const gdn_tensor d_out = in_.host("d_out"), d_states = in_.host("d_states");
+        double loss = 0;
+        for (int64_t t = 0; t < z.T; ++t)
+            for (int64_t j = 0; j < z.Sv; ++j)
+                loss += at(d_out, j, u.h, t, u.b) * out_[static_cast<size_t>(t * z.Sv + j)];
+        const int64_t written = std::min(z.K, z.T);
+        for (int64_t slot = 0; slot < written; ++slot)
+            for (int64_t j = 0; j < z.Sv; ++j)
+                for (int64_t i = 0; i < z.Sk; ++i)
+                    loss += at(d_states, i, j, u.h, slot * z.B + u.b) *
+                            states_[static_cast<size_t>((slot * z.Sv + j) * z.Sk + i)];
+        return loss;
+    }
+
+private:
+    static double at(const gdn_tensor &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+        return *reinterpret_cast<const double *>(static_cast<const char *>(t.data) + i0 * t.nb[0] + i1 * t.nb[1] +
+                                                 i2 * t.nb[2] + i3 * t.nb[3]);
+    }
+
+    const Case &c_;
+    TensorSet &in_;
+    gdn_context *ref_;
+    Sizes sz_;
+    std::vector<double> out_, states_;
+    gdn_tensor out_t_{}, states_t_{};
+};
+
+struct Target {
+    const char *grad;   // name in the backward's outputs
+    const char *input;  // name in the inputs
+};
+
+constexpr Target kTargets[] = {{"dq", "q"}, {"dk", "k"}, {"dv", "v"}, {"dg", "g"}, {"dbeta", "beta"}, {"ds0", "state"}};
+
+// The units that read element (i0, i1, i2, i3) of `input`.
+std::vector<Unit> readers(const Sizes &z, const std::string &input, const int64_t idx[4]) {
+    std::vector<Unit> units;
+    if (input == "q" || input == "k") {
+        for (int64_t b = 0; b < z.B; ++b)
+            for (int64_t h = 0; h < z.Hv; ++h)
+                if (z.qk_sequence(b) == idx[3] && z.key_head(h) == idx[1]) units.push_back({b, h});
+    } else if (input == "state") {
+        units.push_back({idx[3], idx[2]});
+    } else {
+        units.push_back({idx[3], idx[1]});
+    }
+    return units;
+}
+
+}  // namespace
+
+std::string GradientCheck::describe() const {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s: worst %.2e over %d samples (analytic %.6e, fd %.6e)", tensor.c_str(), worst, samples,
+                  analytic, numeric);
+    return buf;
+}
+
+std::vector<GradientCheck> check_gradients(const Case &c, uint64_t seed, const TensorSet &grads, gdn_context *ref_ctx,
+                                           int samples) {
+    // The F64 twin of the backend's inputs: same values (make_inputs rounds through F32), plus
+    // an explicit zero initial state when the case has none, so that ds0 can be perturbed.
+    Case with_state = c;
+    with_state.s0 = true;
+    TensorSet inputs = make_inputs(with_state, GDN_TYPE_F64, seed);
+    if (!c.s0) inputs.write("state", std::vector<double>(inputs.read("state").size(), 0.0));
+    UnitLoss loss(c, inputs, ref_ctx);
+    const Shape &s = c.shape;
+    const Sizes z{s.Sk, s.Sv, s.Hk, s.Hv, s.T, s.B, s.Bq, s.K, c.heads};
+    Random rng(seed ^ 0xF1D1FF5ull);
+
+    struct Sample {
+        double analytic, numeric;
+    };
+    std::vector<std::vector<Sample>> per_target;
+    for (const Target &target : kTargets) {
+        const std::vector<double> analytic = grads.read(target.grad);
+        const gdn_tensor in = inputs.host(target.input);
+        const int64_t count = in.ne[0] * in.ne[1] * in.ne[2] * in.ne[3];
+        std::vector<int64_t> chosen;
+        if (count <= samples) {
+            chosen.resize(static_cast<size_t>(count));
+            std::iota(chosen.begin(), chosen.end(), 0);
+        } else {
+            for (int n = 0; n < samples; ++n) chosen.push_back(rng.below(count));
+        }
+        std::vector<Sample> results;
+        for (int64_t flat : chosen) {
+            const int64_t idx[4] = {flat % in.ne[0], flat / in.ne[0] % in.ne[1], flat / (in.ne[0] * in.ne[1]) % in.ne[2],
+                                    flat / (in.ne[0] * in.ne[1] * in.ne[2])};
+            double *x = inputs.element_f64(target.input, idx[0], idx[1], idx[2], idx[3]);
+            const std::vector<Unit> units = readers(z, target.input, idx);
+            const double x0 = *x, h = 1e-3 * std::max(1.0, std::fabs(x0));
+            auto loss_at = [&](double value) {
+                *x = value;
+                double sum = 0;
+                for (const Unit &u : units) sum += loss(u);
+                return sum;
+            };
+            const double numeric =
+                (-loss_at(x0 + 2 * h) + 8 * loss_at(x0 + h) - 8 * loss_at(x0 - h) + loss_at(x0 - 2 * h)) / (12 * h);
+            *x = x0;
+            results.push_back({analytic.at(static_cast<size_t>(flat)), numeric});
+        }
+        per_target.push_back(std::move(results));
+    }
+
+    // Scale: each tensor's rms of finite differences, floored at 1e-4 of the rms over all six,
+    // so that a gradient that is truly ~0 (beta = 0 zeroes dk and dv) is judged against the
+    // loss's overall sensitivity rather than against the differences' rounding noise (~1e-13).
+    double all2 = 0;
+    size_t all_n = 0;
+    for (const auto &results : per_target)
+        for (const Sample &x : results) {
+            all2 += x.numeric * x.numeric;
+            ++all_n;
+        }
+    const double floor = 1e-4 * std::sqrt(all2 / std::max<size_t>(all_n, 1));
+    std::vector<GradientCheck> checks;
+    for (size_t n = 0; n < per_target.size(); ++n) {
+        const auto &results = per_target[n];
+        double sum2 = 0;
+        for (const Sample &x : results) sum2 += x.numeric * x.numeric;
+        const double scale = std::max(std::sqrt(sum2 / std::max<size_t>(results.size(), 1)), floor);
+        GradientCheck check;
+        check.tensor = kTargets[n].grad;
+        check.samples = static_cast<int>(results.size());
+        for (const Sample &x : results) {
+            const double denom = std::fabs(x.numeric) + scale;
+            double err = denom > 0 ? std::fabs(x.analytic - x.numeric) / denom : (x.analytic == x.numeric ? 0.0 : INFINITY);
+            if (std::isnan(err)) err = INFINITY;
+            if (err >= check.worst) {
+                check.worst = err;
+                check.analytic = x.analytic;
+                check.numeric = x.numeric;
+            }
+        }
+        checks.push_back(check);
+    }
+    return checks;
+}
+
+}  // namespace gdn::testkit

@@ -1,0 +1,165 @@
+#include "problem_data.h"
+
+#include <cmath>
+
+#include "random.h"
+
+namespace gdn::testkit {
+namespace {
+
+// q/k/v (or dq/dk/dv) as row views into one packed buffer [conv_dim, T, B], the layout of a
+// real model's conv_qkv_mix; or, when the case is not strided or q/k have fewer sequences than
+// v, separate tensors (padded when strided).
+void add_qkv(TensorSet &set, const Case &c, const char *q, const char *k, const char *v) {
+    const Shape &s = c.shape;
+    const int64_t qk_ne[4] = {s.Sk, s.Hk, s.T, s.Bq};
+    const int64_t v_ne[4] = {s.Sv, s.Hv, s.T, s.B};
+    if (!c.strided || s.Bq != s.B) {
+        set.add_tensor(q, qk_ne, c.strided);
+        set.add_tensor(k, qk_ne, c.strided);
+        set.add_tensor(v, v_ne, c.strided);
+        return;
+    }
+    const auto es = static_cast<int64_t>(set.element_size());
+    const int64_t conv_dim = 2 * s.Hk * s.Sk + s.Hv * s.Sv;
+    const int buffer = set.add_buffer(static_cast<size_t>(conv_dim * s.T * s.B * es));
+    auto view = [&](const int64_t ne[4], int64_t first_element) {
+        View w;
+        w.buffer = buffer;
+        w.offset = static_cast<size_t>(first_element * es);
+        for (int d = 0; d < 4; ++d) w.ne[d] = ne[d];
+        w.nb[0] = es;
+        w.nb[1] = ne[0] * es;
+        w.nb[2] = conv_dim * es;
+        w.nb[3] = conv_dim * s.T * es;
+        return w;
+    };
+    set.add_view(q, view(qk_ne, 0));
+    set.add_view(k, view(qk_ne, s.Hk * s.Sk));
+    set.add_view(v, view(v_ne, 2 * s.Hk * s.Sk));
+}
+
+void add_others(TensorSet &set, const Case &c, const char *g, const char *beta, const char *state) {
+    const Shape &s = c.shape;
+    const int64_t g_ne[4] = {c.kda ? s.Sk : 1, s.Hv, s.T, s.B};
+    const int64_t beta_ne[4] = {1, s.Hv, s.T, s.B};
+    const int64_t state_ne[4] = {s.Sk, s.Sv, s.Hv, s.B};
+    set.add_tensor(g, g_ne, c.strided);
+    set.add_tensor(beta, beta_ne, c.strided);
+    if (state) set.add_tensor(state, state_ne, c.strided);
+}
+
+double round_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
+
+void fill_normal(TensorSet &set, const char *name, Random &rng, double sigma) {
+    std::vector<double> values = set.read(name);
+    for (double &x : values) x = round_f32(sigma * rng.normal());
+    set.write(name, values);
+}
+
+// q and k rows L2-normalised, as the models do before the delta rule.
+void fill_unit_rows(TensorSet &set, const char *name, int64_t row, Random &rng) {
+    std::vector<double> values = set.read(name);
+    for (size_t r = 0; r < values.size(); r += static_cast<size_t>(row)) {
+        double norm = 0;
+        for (int64_t i = 0; i < row; ++i) {
+            values[r + i] = rng.normal();
+            norm += values[r + i] * values[r + i];
+        }
+        norm = std::sqrt(norm);
+        for (int64_t i = 0; i < row; ++i) values[r + i] = round_f32(norm > 0 ? values[r + i] / norm : 0.0);
+    }
+    set.write(name, values);
+}
+
+// Gate regimes (ALGORITHM.md section 4): zero; mild -0.3..-0.02; strong -20..-1e-4 (log-uniform
+// magnitude, so both ends occur); spike = mild with -120 on every 7th token; mixed -0.5..0.3.
+void fill_gate(TensorSet &set, const Case &c, Random &rng) {
+    std::vector<double> values = set.read("g");
+    const int64_t width = c.kda ? c.shape.Sk : 1, per_token = width * c.shape.Hv;
+    for (size_t n = 0; n < values.size(); ++n) {
+        const int64_t t = static_cast<int64_t>(n) / per_token % c.shape.T;
+        double x = 0;
+        switch (c.gate) {
+            case Gate::Zero: x = 0; break;
+            case Gate::Mild: x = rng.uniform(-0.3, -0.02); break;
+            case Gate::Strong: x = -std::exp(rng.uniform(std::log(1e-4), std::log(20.0))); break;
+            case Gate::Spike: x = t % 7 == 3 ? -120.0 : rng.uniform(-0.3, -0.02); break;
+            case Gate::Mixed: x = rng.uniform(-0.5, 0.3); break;
+        }
+        values[n] = round_f32(x);
+    }
+    set.write("g", values);
+}
+
+void fill_beta(TensorSet &set, const Case &c, Random &rng) {
+    std::vector<double> values = set.read("beta");
+    for (double &x : values)
+        x = c.beta == BetaFill::Zero ? 0.0 : c.beta == BetaFill::One ? 1.0 : round_f32(rng.uniform());
+    set.write("beta", values);
+}
+
+}  // namespace
+
+TensorSet make_inputs(const Case &c, gdn_type type, uint64_t seed) {
+    TensorSet set(type);
+    const Shape &s = c.shape;
+    add_qkv(set, c, "q", "k", "v");
+    add_others(set, c, "g", "beta", c.s0 ? "state" : nullptr);
+    if (c.op == Op::Backward) {
+        const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
+        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, s.B * s.K};
+        set.add_tensor("d_out", out_ne, c.strided);
+        set.add_tensor("d_states", states_ne, c.strided);
+    }
+    set.poison();  // gaps stay poison: a read of one would show as NaN
+    Random rng(seed);
+    fill_unit_rows(set, "q", s.Sk, rng);
+    fill_unit_rows(set, "k", s.Sk, rng);
+    fill_normal(set, "v", rng, 1.0);
+    fill_gate(set, c, rng);
+    fill_beta(set, c, rng);
+    if (c.op == Op::Backward) {
+        fill_normal(set, "d_out", rng, 1.0);
+        fill_normal(set, "d_states", rng, 1.0);
+    }
+    // Last, so that a case with and without s0 shares every other value (finite_diff.cpp).
+    if (c.s0) fill_normal(set, "state", rng, 0.5);
+    return set;
+}
+
+TensorSet make_outputs(const Case &c, gdn_type type) {
+    TensorSet set(type);
+    const Shape &s = c.shape;
+    if (c.op == Op::Forward) {
+        const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
+        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, s.B * s.K};
+        set.add_tensor("out", out_ne, c.strided);
+        set.add_tensor("states", states_ne, c.strided);
+    } else {
+        add_qkv(set, c, "dq", "dk", "dv");
+        add_others(set, c, "dg", "dbeta", "ds0");
+    }
+    set.poison();
+    return set;
+}
+
+gdn_problem problem_of(const Case &c, const Mirror &inputs) {
+    gdn_problem p{};
+    p.q = inputs.tensor("q");
+    p.k = inputs.tensor("k");
+    p.v = inputs.tensor("v");
+    p.g = inputs.tensor("g");
+    p.beta = inputs.tensor("beta");
+    p.state = inputs.tensor("state");
+    p.scale = 0.0f;
+    p.head_map = c.heads;
+    return p;
+}
+
+gdn_grads grads_of(const Mirror &outputs) {
+    return gdn_grads{outputs.tensor("dq"), outputs.tensor("dk"), outputs.tensor("dv"),
+                     outputs.tensor("dg"), outputs.tensor("dbeta"), outputs.tensor("ds0")};
+}
+
+}  // namespace gdn::testkit

@@ -1,0 +1,24 @@
+// The data of one harness case: inputs filled from the case's seed, output sets laid out as
+// the case says (contiguous, or views into a packed conv buffer and padded strides), and the
+// gdn_problem / gdn_grads that point at them in some memory.
+#pragma once
+
+#include <cstdint>
+
+#include "case.h"
+#include "tensor_set.h"
+
+namespace gdn::testkit {
+
+// Inputs: q, k, v, g, beta, state (when the case has s0), d_out and d_states (backward cases).
+// Values are drawn in double and rounded through F32 whatever `type` is, so that an F32 and
+// an F64 problem of one case and seed hold exactly the same numbers.
+TensorSet make_inputs(const Case &c, gdn_type type, uint64_t seed);
+
+// Outputs: out, states (forward); dq, dk, dv, dg, dbeta, ds0 (backward).
+TensorSet make_outputs(const Case &c, gdn_type type);
+
+gdn_problem problem_of(const Case &c, const Mirror &inputs);
+gdn_grads grads_of(const Mirror &outputs);
+
+}  // namespace gdn::testkit

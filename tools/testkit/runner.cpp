@@ -1,0 +1,100 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include "problem_data.h"
+
+namespace gdn::testkit {
+
+std::vector<BackendSpec> available_backends() {
+    std::vector<BackendSpec> out = {{"REF", "ref", 0}};
+    if (gdn_backend_available("cpu")) out.push_back({"CPU", "cpu", 0});
+    std::string why;
+    for (int device = 0; device < 16; ++device) {
+        if (!make_cuda_memory(device, why)) break;
+        out.push_back({"CUDA" + std::to_string(device), "cuda", device});
+    }
+    return out;
+}
+
+bool parse_backend(const std::string &label, BackendSpec &out) {
+    std::string up = label;
+    std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (up == "REF") out = {"REF", "ref", 0};
+    else if (up == "CPU") out = {"CPU", "cpu", 0};
+    else if (up.rfind("CUDA", 0) == 0) {
+        const std::string digits = up.substr(4);
+        if (!digits.empty() && !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+        const int device = digits.empty() ? 0 : std::stoi(digits);
+        out = {"CUDA" + std::to_string(device), "cuda", device};
+    } else return false;
+    return true;
+}
+
+BackendSession::BackendSession(const BackendSpec &spec, int n_threads, int chunk_size) : spec_(spec) {
+    if (spec.name == "cuda") {
+        owned_memory_ = make_cuda_memory(spec.device, error_);
+        if (!owned_memory_) return;
+        memory_ = owned_memory_.get();
+    } else {
+        memory_ = &host_memory();
+    }
+    gdn_context_params params = gdn_context_default_params();
+    params.n_threads = n_threads;
+    params.device = spec.device;
+    params.chunk_size = chunk_size;
+    if (gdn_context_create(spec.name.c_str(), &params, &ctx_) != GDN_OK) error_ = gdn_last_create_error();
+}
+
+BackendSession::~BackendSession() { gdn_context_free(ctx_); }
+
+namespace {
+
+gdn_status call(const Case &c, const Mirror &in, const Mirror &out, gdn_context *ctx, bool compute) {
+    const gdn_problem p = problem_of(c, in);
+    if (c.op == Op::Forward) {
+        const gdn_tensor o = out.tensor("out"), states = out.tensor("states");
+        return compute ? gdn_forward(ctx, &p, &o, &states) : gdn_check_forward(ctx, &p, &o, &states);
+    }
+    const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
+    const gdn_grads grads = grads_of(out);
+    return compute ? gdn_backward(ctx, &p, &d_out, &d_states, &grads)
+                   : gdn_check_backward(ctx, &p, &d_out, &d_states, &grads);
+}
+
+}  // namespace
+
+RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session) {
+    RunResult r;
+    try {
+        r.outputs = make_outputs(c, inputs.type());
+        Mirror in(inputs, session.memory()), out(r.outputs, session.memory());
+        in.upload();
+        out.upload();
+        r.status = call(c, in, out, session.context(), true);
+        if (r.status != GDN_OK) r.error = gdn_last_error(session.context());
+        out.download();
+        in.download();
+        r.stray_write = r.outputs.changed_outside_views();
+        if (r.stray_write.empty()) r.stray_write = inputs.changed_outside_views();
+    } catch (const std::exception &e) {
+        r.status = GDN_ERROR_BACKEND;
+        r.error = std::string("harness: ") + e.what();
+    }
+    return r;
+}
+
+gdn_status check_case(const Case &c, gdn_type type, BackendSession &session, std::string &why) {
+    // A one-token, one-head stand-in of the case's kind would not tell head-size limits: build
+    // the case's own tensors, but only as host pointers (nothing is computed or dereferenced).
+    TensorSet inputs = make_inputs(c, type, 0);
+    TensorSet outputs = make_outputs(c, type);
+    Mirror in(inputs, host_memory()), out(outputs, host_memory());
+    const gdn_status s = call(c, in, out, session.context(), false);
+    why = s == GDN_OK ? "" : gdn_last_error(session.context());
+    return s;
+}
+
+}  // namespace gdn::testkit
