@@ -33,8 +33,9 @@ int run_grad(const Options &o) {
                 const uint64_t seed = c.seed(o.seed + static_cast<uint64_t>(rep));
                 Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
                 if (o.repeat > 1) rec.label += " seed=" + std::to_string(o.seed + static_cast<uint64_t>(rep));
+                testkit::TensorSet inputs = testkit::make_inputs(c, type, seed);
                 std::string why;
-                const gdn_status support = testkit::check_case(c, type, session, why);
+                const gdn_status support = testkit::check_case(c, inputs, session, why);
                 if (support != GDN_OK) {
                     const bool unsupported = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE;
                     rec.verdict = unsupported ? Verdict::Skip : Verdict::Fail;
@@ -42,7 +43,6 @@ int run_grad(const Options &o) {
                     report.add(rec);
                     continue;
                 }
-                testkit::TensorSet inputs = testkit::make_inputs(c, type, seed);
                 testkit::RunResult r = testkit::run_case(c, inputs, session);
                 if (r.status != GDN_OK || !r.stray_write.empty()) {
                     rec.verdict = Verdict::Fail;

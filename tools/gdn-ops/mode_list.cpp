@@ -4,6 +4,7 @@
 
 #include "model_source.h"
 #include "modes.h"
+#include "problem_data.h"
 #include "report.h"
 
 namespace gdn::ops {
@@ -40,7 +41,8 @@ int run_support(const Options &o) {
         }
         for (const testkit::Case &c : cases) {
             std::string why;
-            const gdn_status s = testkit::check_case(c, GDN_TYPE_F32, session, why);
+            testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, 0);
+            const gdn_status s = testkit::check_case(c, inputs, session, why);
             Record rec{spec.label, c.label(), c.group, s == GDN_OK ? Verdict::Info : Verdict::Skip, "", {}};
             rec.note = s == GDN_OK ? "supported" : std::string(gdn_status_string(s)) + ": " + why;
             report.add(rec);

@@ -32,15 +32,15 @@ int run_perf(const Options &o) {
         }
         for (const testkit::Case &c : cases) {
             Record rec{spec.label, c.label(), c.group, Verdict::Info, "", {}};
+            testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o.seed));
             std::string why;
-            const gdn_status support = testkit::check_case(c, GDN_TYPE_F32, session, why);
+            const gdn_status support = testkit::check_case(c, inputs, session, why);
             if (support != GDN_OK) {
                 rec.verdict = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE ? Verdict::Skip : Verdict::Fail;
                 rec.note = std::string(gdn_status_string(support)) + ": " + why;
                 report.add(rec);
                 continue;
             }
-            testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o.seed));
             testkit::TensorSet outputs = testkit::make_outputs(c, GDN_TYPE_F32);
             testkit::Mirror in(inputs, session.memory()), out(outputs, session.memory());
             in.upload();

@@ -70,15 +70,15 @@ int run_test(const Options &o) {
             for (int rep = 0; rep < o.repeat; ++rep) {
                 const uint64_t seed = c.seed(o.seed + static_cast<uint64_t>(rep));
                 Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
+                testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, seed);
                 std::string why;
-                const gdn_status support = testkit::check_case(c, GDN_TYPE_F32, session, why);
+                const gdn_status support = testkit::check_case(c, inputs, session, why);
                 if (support != GDN_OK) {
                     rec.verdict = refused_as_unsupported(support) ? Verdict::Skip : Verdict::Fail;
                     rec.note = std::string(gdn_status_string(support)) + ": " + why;
                     report.add(rec);
                     continue;
                 }
-                testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, seed);
                 const std::string key = rec.label + "#" + std::to_string(seed);
                 if (!ref_outputs.count(key)) {
                     testkit::RunResult r = testkit::run_case(c, inputs, ref);

@@ -63,8 +63,9 @@ void Report::add(const Record &r) {
     records_.push_back(r);
     if (output_ != Output::Console) return;
     if (r.verdict == Verdict::Info) {
-        std::printf("  %s [%s]: %s%s%s\n", r.label.c_str(), r.backend.c_str(), format_values(r.values).c_str(),
-                    r.note.empty() ? "" : " ", r.note.c_str());
+        const std::string values = format_values(r.values);
+        std::printf("  %s [%s]: %s%s%s\n", r.label.c_str(), r.backend.c_str(), values.c_str(),
+                    values.empty() || r.note.empty() ? "" : " ", r.note.c_str());
     } else {
         const std::string values = format_values(r.values);
         std::printf("  %s: %s [%s]%s%s%s%s\n", r.label.c_str(), verdict_name(r.verdict), r.backend.c_str(),

@@ -56,7 +56,8 @@ struct RunResult {
 // Runs case c (its op) on the session with the given host inputs; outputs come back to the host.
 RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session);
 
-// Whether the session's backend takes the case (gdn_check_forward / gdn_check_backward).
-gdn_status check_case(const Case &c, gdn_type type, BackendSession &session, std::string &why);
+// Whether the session's backend takes the case with these host inputs (gdn_check_forward /
+// gdn_check_backward: validation only, nothing is computed or dereferenced).
+gdn_status check_case(const Case &c, TensorSet &inputs, BackendSession &session, std::string &why);
 
 }  // namespace gdn::testkit

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what the build needs when it is missing (Debian packages; needs root or sudo).
+# Called by scripts/test.sh and scripts/run.sh; does nothing when everything is present.
+set -euo pipefail
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v c++ >/dev/null || missing+=(g++)
+[[ -e /usr/include/gtest/gtest.h ]] || missing+=(libgtest-dev)
+[[ -e /usr/include/benchmark/benchmark.h ]] || missing+=(libbenchmark-dev)
+if ((${#missing[@]})); then
+  echo "setup-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The README's test command: builds everything (CUDA too when nvcc is found) and runs every
+# test through CTest. GPU tests skip cleanly on a machine without a device.
+#   GDN_BUILD_DIR   build folder (default build)
+#   GDN_CMAKE_ARGS  extra configure arguments, e.g. -DCMAKE_CUDA_ARCHITECTURES=90
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-deps.sh
+build=${GDN_BUILD_DIR:-build}
+jobs=$(nproc)
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${GDN_CMAKE_ARGS:-}
+cmake --build "$build" -j "$jobs"
+ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 1500
