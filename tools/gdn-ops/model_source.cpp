@@ -1,29 +1,53 @@
-// Until the GGUF reader and the preset table land (src/gguf), the two model shapes the
-// project was built for.
+// Model shapes from the GGUF metadata reader and the preset table (src/gguf).
 #include "model_source.h"
 
 #include <cstdio>
 
+#include "gguf/model_shape.h"
+#include "gguf/presets.h"
+
 namespace gdn::ops {
 
+namespace {
+
+ModelShape to_options_shape(const gguf::ModelShape &m) {
+    ModelShape out{m.name, m.Sk, m.Sv, m.Hk, m.Hv, {}};
+    out.description = m.name + " (" + m.arch + "): " + m.dims_string();
+    if (m.delta_net_layers >= 0) out.description += ", " + std::to_string(m.delta_net_layers) + " delta-net layers";
+    out.description += "; from " + m.source;
+    return out;
+}
+
+}  // namespace
+
 bool model_from_preset(const std::string &name, ModelShape &out, std::string &error) {
-    if (name == "qwen3.5-27b") out = {name, 128, 128, 16, 48};
-    else if (name == "qwen3-next-80b-a3b") out = {name, 128, 128, 16, 32};
-    else {
-        error = "unknown preset \"" + name + "\" (gdn-ops list --preset lists them)";
+    const gguf::ModelShape *preset = gguf::find_preset(name);
+    if (!preset) {
+        error = "unknown preset \"" + name + "\" (presets: " + gguf::preset_names() + "; gdn-ops list --preset)";
         return false;
     }
+    gguf::ModelShape shape = *preset;
+    shape.source = "preset " + shape.name;
+    out = to_options_shape(shape);
     return true;
 }
 
-bool model_from_gguf(const std::string &path, ModelShape &, std::string &error) {
-    error = "--gguf " + path + ": the GGUF reader is not built yet";
-    return false;
+bool model_from_gguf(const std::string &path, ModelShape &out, std::string &error) {
+    gguf::ModelShape shape;
+    if (!gguf::model_shape_from_gguf(path, shape, error)) {
+        error = "--gguf " + error;
+        return false;
+    }
+    out = to_options_shape(shape);
+    return true;
 }
 
 void print_presets() {
-    std::printf("qwen3.5-27b          Sk=128 Sv=128 Hk=16 Hv=48\n");
-    std::printf("qwen3-next-80b-a3b   Sk=128 Sv=128 Hk=16 Hv=32\n");
+    for (const gguf::ModelShape &m : gguf::presets()) {
+        std::printf("%-20s %s, %lld delta-net layers of %lld\n", m.name.c_str(), m.dims_string().c_str(),
+                    static_cast<long long>(m.delta_net_layers), static_cast<long long>(m.block_count));
+        std::printf("%-20s source: %s\n", "", m.source.c_str());
+    }
 }
 
 }  // namespace gdn::ops

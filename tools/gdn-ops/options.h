@@ -18,6 +18,7 @@ enum class Output { Console, Csv, Json };
 struct ModelShape {
     std::string name;
     int64_t Sk = 0, Sv = 0, Hk = 0, Hv = 0;
+    std::string description;  // what was found and where, printed before the cases
 };
 
 struct Options {
