@@ -84,6 +84,14 @@ TEST_P(ShapeVersions, Qwen3Next80bA3bMetadataGivesThePreset) {
 
 INSTANTIATE_TEST_SUITE_P(Gguf, ShapeVersions, ::testing::Values(2u, 3u));
 
+TEST(ModelShape, FileWrittenByLlamaCppsPythonWriterGivesThePreset) {
+    ModelShape shape;
+    std::string error;
+    ASSERT_TRUE(model_shape_from_gguf(std::string(GDN_GGUF_TEST_DATA) + "/reference_qwen35.gguf", shape, error))
+        << error;
+    expect_same_shape(shape, *find_preset("qwen3.5-27b"));
+}
+
 TEST(ModelShape, Qwen35_35bA3bMoeMetadataGivesThePreset) {
     GgufWriter w;
     testing::write_delta_net_keys(w, {"qwen35moe", "", 16, 32, 128, 32 * 128, 4, 41, 1, 4});

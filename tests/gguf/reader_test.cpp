@@ -203,6 +203,43 @@ TEST(GgufReader, TensorDataAfterTheMetadataIsNeverRead) {
     EXPECT_LT(seconds, 2.0);
 }
 
+TEST(GgufReader, ReadsAFileWrittenByLlamaCppsPythonWriter) {
+    // Written by gguf-py 0.19.0 (data/make_reference.py), with a tensor info and data after the
+    // metadata: the reader and this file's writer share no code.
+    Metadata md;
+    std::string error;
+    ASSERT_TRUE(read_metadata(std::string(GDN_GGUF_TEST_DATA) + "/reference_qwen35.gguf", md, error)) << error;
+    EXPECT_EQ(md.version, 3u);
+    EXPECT_EQ(md.tensor_count, 1u);
+    EXPECT_EQ(get(md, "general.architecture").as_string(), "qwen35");
+    EXPECT_EQ(get(md, "general.name").as_string(), "Qwen3.5-27B");
+    EXPECT_EQ(get(md, "qwen35.ssm.group_count").type, ValueType::U32);
+    EXPECT_EQ(get(md, "qwen35.ssm.group_count").as_int(), 16);
+    EXPECT_EQ(get(md, "qwen35.ssm.time_step_rank").as_int(), 48);
+    EXPECT_EQ(get(md, "qwen35.ssm.state_size").as_int(), 128);
+    EXPECT_EQ(get(md, "qwen35.ssm.inner_size").as_int(), 6144);
+    EXPECT_EQ(get(md, "qwen35.ssm.conv_kernel").as_int(), 4);
+    EXPECT_EQ(get(md, "qwen35.block_count").as_int(), 64);
+    EXPECT_EQ(get(md, "qwen35.full_attention_interval").as_int(), 4);
+    EXPECT_EQ(get(md, "t.u8").as_int(), 250);
+    EXPECT_EQ(get(md, "t.i8").as_int(), -120);
+    EXPECT_EQ(get(md, "t.u16").as_int(), 65000);
+    EXPECT_EQ(get(md, "t.i16").as_int(), -32000);
+    EXPECT_EQ(get(md, "t.u32").as_int(), 4000000000ll);
+    EXPECT_EQ(get(md, "t.i32").as_int(), -2000000000ll);
+    EXPECT_EQ(get(md, "t.f32").as_double(), 0.15625);
+    EXPECT_EQ(get(md, "t.bool").u, 1u);
+    EXPECT_EQ(get(md, "t.str").as_string(), "h\xc3\xa9llo");
+    EXPECT_EQ(get(md, "t.u64").u, std::numeric_limits<uint64_t>::max());
+    EXPECT_EQ(get(md, "t.i64").as_int(), std::numeric_limits<int64_t>::min());
+    EXPECT_EQ(get(md, "t.f64").as_double(), -0.25);
+    EXPECT_EQ(get(md, "t.arr_i32").to_string(), "[i32 x 4: 11, 11, 10, 0]");
+    EXPECT_EQ(get(md, "t.arr_str").to_string(), "[string x 3: \"<s>\", \"\", \"tok\"]");
+    EXPECT_EQ(get(md, "tokenizer.ggml.tokens").to_string(), "[string x 3: \"<s>\", \"</s>\", \"a\"]");
+    EXPECT_EQ(get(md, "t.big_u8").to_string(), "[u8 x 5000, not kept]");
+    EXPECT_EQ(md.entries.size(), 25u);  // 9 model keys, 12 scalars, 4 arrays
+}
+
 TEST(GgufReader, ValueToString) {
     GgufWriter w;
     w.str("s", "qwen35").u32("n", 16).i8("m", -3).boolean("b", true).f32("f", 0.5f);
