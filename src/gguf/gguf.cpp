@@ -40,6 +40,14 @@ uint64_t decode_le(const unsigned char *bytes, int n) {
     return v;
 }
 
+// A key as it appears in messages: control and non-ASCII bytes as '?', at most 200 bytes.
+std::string printable(const std::string &key) {
+    std::string out = key.substr(0, 200);
+    for (char &c : out)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7F) c = '?';
+    return key.size() > 200 ? out + "..." : out;
+}
+
 // Reads one GGUF key-value section from a ByteSource. Every method returns false after recording
 // the first error; nothing is allocated by a count from the file before the count is checked
 // against the bytes left and against Limits.
@@ -254,7 +262,7 @@ bool Parser::parse(Metadata &out) {
                                 std::to_string(Limits::max_kept_bytes) + " bytes");
         std::string key;
         if (!read_string_body(at, key_length, true, key, "key")) return false;
-        key_ = key;
+        key_ = printable(key);
         if (!seen.insert(key).second) return fail(at, "duplicate key");
 
         ValueType type;

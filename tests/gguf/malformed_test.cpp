@@ -148,6 +148,12 @@ TEST(GgufMalformed, DuplicateKeys) {
                    "key 'general.alignment': duplicate key");
 }
 
+TEST(GgufMalformed, KeysInMessagesArePrintable) {
+    const std::string hostile = "evil\n\x1b[2J" + std::string(300, 'k');
+    auto bytes = GgufWriter().begin_kv(hostile, 99).finish();
+    expect_refused(bytes, "key 'evil??[2J" + std::string(191, 'k') + "...': value type 99");
+}
+
 TEST(GgufMalformed, MissingAndOddPaths) {
     Metadata md;
     std::string error;
