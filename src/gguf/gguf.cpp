@@ -88,6 +88,7 @@ private:
     std::string error_;
     std::string key_;  // the key being read, for messages
     uint64_t kept_bytes_ = 0;
+    int inside_skipped_array_ = 0;  // > 0: arrays are walked over, not kept
 };
 
 bool Parser::read_uint(int n, uint64_t &v, const char *what) {
@@ -188,7 +189,7 @@ bool Parser::read_array(Value &out, int depth) {
                                                       ? std::string("2^64")
                                                       : std::to_string(count * item_min)) +
                             " bytes but only " + std::to_string(src_.remaining()) + " are left in the file");
-    out.kept = count <= Limits::max_kept_array_items && charge(count * sizeof(Value));
+    out.kept = inside_skipped_array_ == 0 && count <= Limits::max_kept_array_items && charge(count * sizeof(Value));
     if (!out.kept) return skip_items(out.item_type, count, depth);
     out.items.resize(static_cast<size_t>(count));
     for (Value &item : out.items)
@@ -212,8 +213,11 @@ bool Parser::skip_items(ValueType item_type, uint64_t count, int depth) {
                 !read_string_body(item_at, length, false, unused, "string"))
                 return false;
         } else {
-            Value nested;  // kept items of nested arrays still obey the budget
-            if (!read_array(nested, depth + 1)) return false;
+            Value nested;  // walked, never kept (inside_skipped_array_)
+            ++inside_skipped_array_;
+            const bool ok = read_array(nested, depth + 1);
+            --inside_skipped_array_;
+            if (!ok) return false;
         }
     }
     return true;

@@ -164,6 +164,20 @@ TEST(GgufReader, ArraysAtTheKeepLimitAreKept) {
     EXPECT_FALSE(get(md, "over").kept);
 }
 
+TEST(GgufReader, ArraysInsideASkippedArrayAreWalkedNotKept) {
+    // An array of max_kept_array_items + 1 arrays of two u16, then a key after it.
+    GgufWriter w;
+    w.begin_kv("outer", testing::kArray).raw_le(testing::kArray, 4).raw_le(Limits::max_kept_array_items + 1, 8);
+    for (uint64_t n = 0; n <= Limits::max_kept_array_items; ++n)
+        w.raw_le(testing::kU16, 4).raw_le(2, 8).raw_le(n, 2).raw_le(n + 1, 2);
+    w.str("after", "ok");
+    const Metadata md = read_ok(w);
+    EXPECT_FALSE(get(md, "outer").kept);
+    EXPECT_EQ(get(md, "outer").item_type, ValueType::ARRAY);
+    EXPECT_EQ(get(md, "outer").length, Limits::max_kept_array_items + 1);
+    EXPECT_EQ(get(md, "after").as_string(), "ok");
+}
+
 TEST(GgufReader, LongStringsAreSummarised) {
     const std::string template_text(Limits::max_kept_string_bytes + 1, 'x');
     GgufWriter w;
