@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,9 @@ struct BadInput {
     gdn_status status;
     std::vector<std::string> message;  // substrings of gdn_last_error
 };
+
+// What gtest prints for a row (and CTest shows in the test's name): its name, not its bytes.
+void PrintTo(const BadInput &row, std::ostream *os) { *os << row.name; }
 
 const std::vector<BadInput> &bad_inputs() {
     static const std::vector<BadInput> table = {

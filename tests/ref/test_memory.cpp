@@ -47,10 +47,12 @@ TEST(RefMemory, Backward27bAtT4096StaysUnderOneGiB) {
     // Inputs and outputs in F32, q/k/v and dq/dk/dv as views into packed [10240, T] buffers,
     // as the model lays them out: about 430 MiB in all, allocated and written before the call.
     gdn::testkit::TensorSet inputs = gdn::testkit::make_inputs(c, GDN_TYPE_F32, c.seed(0));
-    gdn::testkit::TensorSet probe = gdn::testkit::make_outputs(c, GDN_TYPE_F32);
-    size_t io_bytes = 0;
-    for (size_t b = 0; b < inputs.buffer_count(); ++b) io_bytes += inputs.storage_bytes(static_cast<int>(b));
-    for (size_t b = 0; b < probe.buffer_count(); ++b) io_bytes += probe.storage_bytes(static_cast<int>(b));
+    size_t input_bytes = 0, output_bytes = 0;
+    for (size_t b = 0; b < inputs.buffer_count(); ++b) input_bytes += inputs.storage_bytes(static_cast<int>(b));
+    {
+        const gdn::testkit::TensorSet outputs = gdn::testkit::make_outputs(c, GDN_TYPE_F32);
+        for (size_t b = 0; b < outputs.buffer_count(); ++b) output_bytes += outputs.storage_bytes(static_cast<int>(b));
+    }
 
     const int64_t rss_before = status_kib("VmRSS");
     const bool peak_was_reset = reset_peak();
@@ -75,18 +77,19 @@ TEST(RefMemory, Backward27bAtT4096StaysUnderOneGiB) {
     const double MiB = 1024.0 * 1024.0;
     const double peak_mib = peak >= 0 ? peak / 1024.0 : usage_after.ru_maxrss / 1024.0;
     const double growth_mib = peak_mib - rss_before / 1024.0;
-    std::printf("ref backward, 27B shape, T = 4096, B = 1: %.1f s; inputs + outputs %.0f MiB; RSS before %.0f MiB; "
+    const double workspace_mib = gdn_context_workspace_bytes(ref.context()) / MiB;
+    std::printf("ref backward, 27B shape, T = 4096, B = 1: %.1f s; inputs %.0f MiB, outputs %.0f MiB; RSS before %.0f MiB; "
                 "peak during the call %.0f MiB (%s); growth %.0f MiB; workspace reported %.1f MiB\n",
-                seconds, io_bytes / MiB, rss_before / 1024.0, peak_mib, peak >= 0 ? "VmHWM after a reset" : "ru_maxrss",
-                growth_mib, gdn_context_workspace_bytes(ref.context()) / MiB);
+                seconds, input_bytes / MiB, output_bytes / MiB, rss_before / 1024.0, peak_mib,
+                peak >= 0 ? "VmHWM after a reset" : "ru_maxrss", growth_mib, workspace_mib);
     RecordProperty("seconds", std::to_string(seconds));
     RecordProperty("peak_mib", std::to_string(peak_mib));
-    // The whole process, inputs and outputs included, under 1 GiB; what the call itself adds
-    // (the outputs it writes, ~165 MiB, plus the workspace) far below one state per token of
-    // even a single value head (T * Sk * Sv doubles = 512 MiB).
+    // The whole process, inputs and outputs included, under 1 GiB; beyond the outputs the call
+    // writes, it adds a workspace far below one state per token of even a single value head
+    // (T * Sk * Sv doubles = 512 MiB; the layer's 48 heads would need 24 GiB).
     EXPECT_LT(peak_mib, 1024.0);
-    EXPECT_LT(growth_mib, 512.0);
-    EXPECT_LT(gdn_context_workspace_bytes(ref.context()) / MiB, 64.0);
+    EXPECT_LT(growth_mib - output_bytes / MiB, 128.0);
+    EXPECT_LT(workspace_mib, 64.0);
 }
 
 }  // namespace
