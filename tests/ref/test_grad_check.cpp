@@ -42,9 +42,9 @@ protected:
     // gdn-ops grad's path for one case and seed on the ref backend: support check, poisoned
     // and guarded outputs through the C API, then finite differences of the F64 ref forward.
     Checked run(const Case &c, gdn_type type, uint64_t seed, int samples) {
-        std::string why;
-        EXPECT_EQ(gdn::testkit::check_case(c, type, ref_, why), GDN_OK) << why;
         gdn::testkit::TensorSet inputs = gdn::testkit::make_inputs(c, type, seed);
+        std::string why;
+        EXPECT_EQ(gdn::testkit::check_case(c, inputs, ref_, why), GDN_OK) << why;
         gdn::testkit::RunResult r = gdn::testkit::run_case(c, inputs, ref_);
         EXPECT_EQ(r.status, GDN_OK) << r.error;
         EXPECT_EQ(r.stray_write, "");
