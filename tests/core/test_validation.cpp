@@ -418,6 +418,40 @@ TEST(Validation, WorkspaceThatCannotBeAllocatedIsOutOfMemory) {
 #endif
 }
 
+TEST(Validation, TokenCountsBeyond32BitsAreAcceptedOrRefusedCleanly) {
+    // SPEC section 6: sizes up to 2^31 tokens are handled or refused with UNSUPPORTED, never an
+    // overflowed index. T = 2^31 + 3 one-element tokens, in reserved inaccessible memory (only
+    // the dry runs are called: they validate without reading data).
+    const int64_t T = (int64_t{1} << 31) + 3;
+    const size_t slot = static_cast<size_t>(4 * T + 4096);
+    void *reserved = mmap(nullptr, 8 * slot, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(reserved, MAP_FAILED);
+    auto tensor = [&](int index) {
+        gdn_tensor t{};
+        t.data = bytes(reserved) + index * slot;
+        t.type = GDN_TYPE_F32;
+        t.ne[0] = t.ne[1] = t.ne[3] = 1;
+        t.ne[2] = T;
+        t.nb[0] = t.nb[1] = t.nb[2] = 4;
+        t.nb[3] = 4 * T;
+        return t;
+    };
+    gdn_problem p{};
+    p.q = tensor(0);
+    p.k = tensor(1);
+    p.v = tensor(2);
+    p.g = tensor(3);
+    p.beta = tensor(4);
+    const gdn_tensor out = tensor(5), d_out = tensor(6);
+    const gdn_grads grads{tensor(7), {}, {}, {}, {}, {}};
+    Context ctx;
+    const gdn_status f = gdn_check_forward(ctx.get(), &p, &out, nullptr);
+    EXPECT_TRUE(f == GDN_OK || f == GDN_ERROR_UNSUPPORTED) << gdn_status_string(f) << ": " << gdn_last_error(ctx.get());
+    const gdn_status b = gdn_check_backward(ctx.get(), &p, &d_out, nullptr, &grads);
+    EXPECT_TRUE(b == GDN_OK || b == GDN_ERROR_UNSUPPORTED) << gdn_status_string(b) << ": " << gdn_last_error(ctx.get());
+    munmap(reserved, 8 * slot);
+}
+
 // ---- what is allowed --------------------------------------------------------------------------
 
 bool same_bits(const std::vector<double> &a, const std::vector<double> &b) {
@@ -507,6 +541,16 @@ TEST(Validation, AbsentOptionalTensorsAreAccepted) {
         for (double x : call.backward_outputs.read(name)) ASSERT_EQ(x, 0.0) << name;
     for (const char *name : {"dq", "dbeta"})
         for (double x : call.backward_outputs.read(name)) ASSERT_TRUE(std::isnan(x)) << name << " was written";
+
+    // Nothing asked for at all: accepted, nothing written.
+    Call none;
+    none.out.data = none.states.data = nullptr;
+    for (gdn_tensor *g : {&none.grads.q, &none.grads.k, &none.grads.v, &none.grads.g, &none.grads.beta, &none.grads.state})
+        g->data = nullptr;
+    EXPECT_EQ(none.run(ctx.get(), Op::Forward, true), GDN_OK) << gdn_last_error(ctx.get());
+    EXPECT_EQ(none.run(ctx.get(), Op::Backward, true), GDN_OK) << gdn_last_error(ctx.get());
+    EXPECT_EQ(poison_damage(none.forward_outputs, "forward outputs"), "");
+    EXPECT_EQ(poison_damage(none.backward_outputs, "backward outputs"), "");
 }
 
 }  // namespace
