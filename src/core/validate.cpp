@@ -2,12 +2,26 @@
 
 #include <cinttypes>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace gdn {
 namespace {
+
+// The integer a caller stored in an enum field. A C caller may store any int there, and in C++
+// loading an enum object that holds a value outside the enum's range is undefined (UBSan stops
+// on it), so enum fields are read as int until they are known to be valid.
+template <class Enum>
+int stored_value(const Enum &field) {
+    static_assert(sizeof(Enum) == sizeof(int), "a C enum is int-sized");
+    int value;
+    std::memcpy(&value, &field, sizeof value);
+    return value;
+}
+
+bool is_type(int value) { return value >= GDN_TYPE_F32 && value <= GDN_TYPE_BF16; }
 
 struct Named {
     const char *name;
@@ -17,8 +31,8 @@ struct Named {
 // Type, counts and strides of one tensor on its own.
 Status check_tensor(const Named &t) {
     const gdn_tensor &x = *t.tensor;
-    if (type_size(x.type) == 0)
-        return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.type = %d is not a gdn_type", t.name, static_cast<int>(x.type));
+    if (!is_type(stored_value(x.type)))
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.type = %d is not a gdn_type", t.name, stored_value(x.type));
     for (int d = 0; d < 4; ++d)
         if (x.ne[d] < 1)
             return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = %" PRId64 ": every dimension must be at least 1", t.name, d, x.ne[d]);
@@ -61,8 +75,9 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
     const Named q{"q", &p->q}, k{"k", &p->k}, v{"v", &p->v}, g{"g", &p->g}, beta{"beta", &p->beta};
     for (const Named &t : {q, k, v, g, beta})
         if (t.tensor->data == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data is NULL: %s is required", t.name, t.name);
-    if (p->head_map != GDN_HEAD_MAP_TILED && p->head_map != GDN_HEAD_MAP_GROUPED)
-        return fail(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is not a gdn_head_map", static_cast<int>(p->head_map));
+    const int head_map = stored_value(p->head_map);
+    if (head_map != GDN_HEAD_MAP_TILED && head_map != GDN_HEAD_MAP_GROUPED)
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is not a gdn_head_map", head_map);
     if (!std::isfinite(p->scale))
         return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g is not finite", static_cast<double>(p->scale));
     inputs = {q, k, v, g, beta};
