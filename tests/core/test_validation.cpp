@@ -489,6 +489,29 @@ TEST(Validation, InPlaceStateUpdateEqualsOutOfPlace) {
         }
 }
 
+TEST(Validation, InPlaceExceptionIsOnlyForTheInputState) {
+    // With Sv = Hk, Hv = T and B = Bq, q has the shape of the state. Inputs may share memory, so
+    // q may be the very same view as the state; but then writing the states in place would
+    // overwrite q while later units still read it: that output overlaps input q.
+    Case c = base_case(Op::Forward);
+    c.shape = {2, 2, 2, 2, 2, 1, 1, 1};  // Sk, Sv, Hk, Hv, T, B, Bq, K
+    TensorSet inputs = gdn::testkit::make_inputs(c, GDN_TYPE_F32, 3);
+    gdn_problem p{};
+    p.state = inputs.host("state");
+    p.q = p.state;
+    p.k = inputs.host("k");
+    p.v = inputs.host("v");
+    p.g = inputs.host("g");
+    p.beta = inputs.host("beta");
+    Context ctx;
+    const auto before = snapshot(inputs);
+    EXPECT_EQ(gdn_check_forward(ctx.get(), &p, nullptr, &p.state), GDN_ERROR_ALIAS) << gdn_last_error(ctx.get());
+    EXPECT_EQ(gdn_forward(ctx.get(), &p, nullptr, &p.state), GDN_ERROR_ALIAS) << gdn_last_error(ctx.get());
+    EXPECT_NE(std::string(gdn_last_error(ctx.get())).find("output states overlaps input q"), std::string::npos)
+        << gdn_last_error(ctx.get());
+    EXPECT_TRUE(snapshot(inputs) == before) << "an input changed";
+}
+
 TEST(Validation, PackedGradientViewsAreAcceptedAndEqualContiguous) {
     // dq, dk, dv as row views interleaved in one packed [conv_dim, T, B] buffer: their byte
     // ranges interleave but no element is shared.
