@@ -128,16 +128,18 @@ bool same_view(const gdn_tensor &a, const gdn_tensor &b) {
     return true;
 }
 
-// Outputs must not overlap themselves, the inputs, or each other. `in_place` names the one
-// allowed exception: the output that is exactly the input state (the recurrent cache update).
-Status check_aliasing(const std::vector<Named> &inputs, const std::vector<Named> &outputs, const gdn_tensor *in_place) {
+// Outputs must not overlap themselves, the inputs, or each other. The one allowed exception:
+// output `in_place` may be exactly input `in_place_source`, the input state (the recurrent cache
+// update). Any other input that happens to be the same view still counts as an overlap.
+Status check_aliasing(const std::vector<Named> &inputs, const std::vector<Named> &outputs, const gdn_tensor *in_place,
+                      const gdn_tensor *in_place_source) {
     for (size_t i = 0; i < outputs.size(); ++i) {
         const Named &out = outputs[i];
         if (self_overlaps(*out.tensor))
             return fail(GDN_ERROR_LAYOUT, "%s: the strides nb = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] make elements overlap; an output needs distinct elements",
                         out.name, out.tensor->nb[0], out.tensor->nb[1], out.tensor->nb[2], out.tensor->nb[3]);
         for (const Named &in : inputs) {
-            if (out.tensor == in_place && in.tensor->data != nullptr && same_view(*in.tensor, *out.tensor)) continue;
+            if (out.tensor == in_place && in.tensor == in_place_source) continue;
             if (overlaps(*out.tensor, *in.tensor))
                 return fail(GDN_ERROR_ALIAS, "output %s overlaps input %s", out.name, in.name);
         }
@@ -173,7 +175,7 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
         outputs.push_back(s);
         if (p->state.data != nullptr && same_view(*states, p->state)) in_place = states;
     }
-    GDN_TRY(check_aliasing(inputs, outputs, in_place));
+    GDN_TRY(check_aliasing(inputs, outputs, in_place, &p->state));
     args = ForwardArgs{d, &p->q, &p->k, &p->v, &p->g, &p->beta, if_present(&p->state), if_present(out), if_present(states)};
     return {};
 }
@@ -215,7 +217,7 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
         }
         outputs.push_back(t);
     }
-    GDN_TRY(check_aliasing(inputs, outputs, nullptr));
+    GDN_TRY(check_aliasing(inputs, outputs, nullptr, nullptr));
     args = BackwardArgs{d,
                         &p->q,
                         &p->k,
