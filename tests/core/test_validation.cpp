@@ -565,6 +565,16 @@ TEST(Validation, AbsentOptionalTensorsAreAccepted) {
     for (const char *name : {"dq", "dbeta"})
         for (double x : call.backward_outputs.read(name)) ASSERT_TRUE(std::isnan(x)) << name << " was written";
 
+    // An absent tensor's other fields are not looked at.
+    Call garbage;
+    for (gdn_tensor *t : {&garbage.problem.state, &garbage.out, &garbage.d_states, &garbage.grads.q}) {
+        t->data = nullptr;
+        t->type = static_cast<gdn_type>(99);
+        for (int d = 0; d < 4; ++d) t->ne[d] = t->nb[d] = -1;
+    }
+    EXPECT_EQ(garbage.run(ctx.get(), Op::Forward, true), GDN_OK) << gdn_last_error(ctx.get());
+    EXPECT_EQ(garbage.run(ctx.get(), Op::Backward, true), GDN_OK) << gdn_last_error(ctx.get());
+
     // Nothing asked for at all: accepted, nothing written.
     Call none;
     none.out.data = none.states.data = nullptr;
