@@ -1,0 +1,255 @@
+#include "api_target.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "byte_reader.h"
+#include "call.h"
+#include "spec_oracle.h"
+
+namespace gdn::fuzz {
+namespace {
+
+ApiTally g_tally;
+
+[[noreturn]] void finding(const Call &c, const std::string &what) {
+    std::fprintf(stderr, "\n==== gdn fuzz finding: %s\n%s\n", what.c_str(), c.describe().c_str());
+    std::fflush(stderr);
+    std::abort();
+}
+
+// One context per backend name for the whole run (creating one per input would dominate).
+struct ContextEntry {
+    gdn_context *ctx = nullptr;
+    gdn_status status = GDN_OK;
+    ContextEntry() = default;
+    ContextEntry(ContextEntry &&o) noexcept : ctx(o.ctx), status(o.status) { o.ctx = nullptr; }
+    ContextEntry(const ContextEntry &) = delete;
+    ~ContextEntry() { gdn_context_free(ctx); }  // at exit, so that LeakSanitizer sees no leak
+};
+
+ContextEntry &context_for(const char *name) {
+    static std::map<std::string, ContextEntry> contexts;
+    const std::string key = name ? std::string("=") + name : "NULL";
+    auto it = contexts.find(key);
+    if (it != contexts.end()) return it->second;
+    ContextEntry e;
+    e.status = gdn_context_create(name, nullptr, &e.ctx);
+    if (e.status != GDN_OK && (e.ctx != nullptr || gdn_last_create_error()[0] == '\0')) {
+        std::fprintf(stderr, "gdn fuzz finding: gdn_context_create(\"%s\") failed with %s but %s\n", name ? name : "NULL",
+                     gdn_status_string(e.status), e.ctx ? "returned a context" : "left no message");
+        std::abort();
+    }
+    return contexts.emplace(key, std::move(e)).first->second;
+}
+
+gdn_context *reference_context() { return context_for("ref").ctx; }
+
+gdn_status invoke(const Call &c, gdn_context *ctx, bool check) {
+    const gdn_problem p = c.problem();
+    const gdn_grads g = c.grads();
+    const gdn_problem *pp = c.problem_null ? nullptr : &p;
+    if (!c.backward)
+        return check ? gdn_check_forward(ctx, pp, c.pointer(OUT), c.pointer(STATES))
+                     : gdn_forward(ctx, pp, c.pointer(OUT), c.pointer(STATES));
+    const gdn_grads *gp = c.grads_null ? nullptr : &g;
+    return check ? gdn_check_backward(ctx, pp, c.pointer(D_OUT), c.pointer(D_STATES), gp)
+                 : gdn_backward(ctx, pp, c.pointer(D_OUT), c.pointer(D_STATES), gp);
+}
+
+int64_t count_of(const gdn_tensor &t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
+
+int64_t offset_of(const gdn_tensor &t, int64_t index) {
+    int64_t offset = 0;
+    for (int d = 0; d < 4; ++d) {
+        offset += (index % t.ne[d]) * t.nb[d];
+        index /= t.ne[d];
+    }
+    return offset;
+}
+
+double value_at(const uint8_t *p, int type) {
+    if (type == GDN_TYPE_F64) {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+    }
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// A contiguous copy of one tensor, its values taken from the arena as it was before the call.
+struct Dense {
+    std::vector<uint8_t> bytes;
+    gdn_tensor t{};
+};
+
+Dense dense_like(const gdn_tensor &src) {
+    Dense d;
+    d.t = src;
+    const int64_t elem = element_bytes(raw_type(src));
+    d.t.nb[0] = elem;
+    for (int i = 1; i < 4; ++i) d.t.nb[i] = d.t.nb[i - 1] * src.ne[i - 1];
+    d.bytes.assign(static_cast<size_t>(count_of(src) * elem), 0);
+    d.t.data = d.bytes.data();
+    return d;
+}
+
+Dense dense_copy(const Call &c, const gdn_tensor &src, const std::vector<uint8_t> &before) {
+    Dense d = dense_like(src);
+    const int64_t elem = element_bytes(raw_type(src));
+    const int64_t at = Arena::kGuardBytes + (static_cast<const uint8_t *>(src.data) - c.arena->payload());
+    for (int64_t i = 0; i < count_of(src); ++i) std::memcpy(d.bytes.data() + i * elem, before.data() + at + offset_of(src, i), elem);
+    return d;
+}
+
+// The same call on the ref backend with every tensor contiguous and separate.
+std::vector<Dense> reference_outputs(const Call &c, const std::vector<uint8_t> &before) {
+    std::vector<Dense> dense(kSlots);
+    Call r;
+    r.backward = c.backward;
+    r.scale = c.scale;
+    r.head_map = c.head_map;
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.present(i)) continue;
+        dense[i] = c.is_output(i) ? dense_like(c.t[i]) : dense_copy(c, c.t[i], before);
+        r.t[i] = dense[i].t;
+        r.pointer_passed[i] = true;
+    }
+    if (invoke(r, reference_context(), false) != GDN_OK)
+        finding(c, std::string("the call succeeded but ref refused its contiguous copy: ") + gdn_last_error(reference_context()));
+    return dense;
+}
+
+bool all_inputs_finite(const Call &c, const std::vector<uint8_t> &before) {
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.present(i) || c.is_output(i)) continue;
+        const Dense d = dense_copy(c, c.t[i], before);
+        for (int64_t n = 0; n < count_of(d.t); ++n)
+            if (!std::isfinite(value_at(d.bytes.data() + n * element_bytes(raw_type(d.t)), raw_type(d.t)))) return false;
+    }
+    return true;
+}
+
+// Outputs against the reference; unwritten snapshot slots (T < K) against their old bytes.
+void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exact) {
+    const std::vector<Dense> ref = reference_outputs(c, before);
+    const bool finite = exact || all_inputs_finite(c, before);
+    const int64_t T = c.t[Q].ne[2], B = c.t[V].ne[3];
+    for (int s = 0; s < kSlots; ++s) {
+        if (!c.present(s) || !c.is_output(s)) continue;
+        const gdn_tensor &t = c.t[s];
+        const int64_t elem = element_bytes(raw_type(t));
+        const uint8_t *base = static_cast<const uint8_t *>(t.data);
+        const int64_t at = Arena::kGuardBytes + (base - c.arena->payload());
+        double scale = 0;
+        for (int64_t i = 0; i < count_of(t); ++i) scale = std::fmax(scale, std::fabs(value_at(ref[s].bytes.data() + i * elem, raw_type(t))));
+        for (int64_t i = 0; i < count_of(t); ++i) {
+            const int64_t off = offset_of(t, i);
+            const bool unwritten_slot = s == STATES && (i / (t.ne[0] * t.ne[1] * t.ne[2])) / B >= T;
+            if (unwritten_slot) {
+                if (std::memcmp(base + off, before.data() + at + off, elem) != 0)
+                    finding(c, std::string("states slot past T was written (element ") + std::to_string(i) + ")");
+                continue;
+            }
+            const double got = value_at(base + off, raw_type(t)), want = value_at(ref[s].bytes.data() + i * elem, raw_type(t));
+            const bool same = got == want || (std::isnan(got) && std::isnan(want));
+            if (exact ? same : (!finite || same || std::fabs(got - want) <= 1e-3 * (scale + 1e-6))) continue;
+            char msg[200];
+            std::snprintf(msg, sizeof msg, "%s element %lld = %.17g but ref on contiguous copies gives %.17g", slot_name(s),
+                          static_cast<long long>(i), got, want);
+            finding(c, msg);
+        }
+    }
+}
+
+std::vector<uint8_t> writable_bytes(const Call &c) {
+    std::vector<uint8_t> mask(c.arena->payload_bytes(), 0);
+    for (int s = 0; s < kSlots; ++s) {
+        if (!c.present(s) || !c.is_output(s)) continue;
+        const gdn_tensor &t = c.t[s];
+        const int64_t at = static_cast<const uint8_t *>(t.data) - c.arena->payload();
+        for (int64_t i = 0; i < count_of(t); ++i)
+            std::memset(mask.data() + at + offset_of(t, i), 1, static_cast<size_t>(element_bytes(raw_type(t))));
+    }
+    return mask;
+}
+
+void expect_refusal_intact(const Call &c, gdn_context *ctx, gdn_status status, const std::vector<uint8_t> &before) {
+    if (status < GDN_ERROR_INVALID_ARGUMENT || status > GDN_ERROR_UNKNOWN_BACKEND)
+        finding(c, "status " + std::to_string(status) + " is not a gdn_status");
+    const char *message = gdn_last_error(ctx);
+    if (message == nullptr || message[0] == '\0') finding(c, std::string("error ") + gdn_status_string(status) + " without a message");
+    const int64_t changed = c.arena->first_change(before, nullptr);
+    if (changed >= 0)
+        finding(c, std::string("refused (") + message + ") but arena byte " + std::to_string(changed) + " changed");
+}
+
+}  // namespace
+
+const ApiTally &api_tally() { return g_tally; }
+
+void run_api_input(const uint8_t *data, size_t size) {
+    ByteReader in(data, size);
+    Call c = decode_call(in);
+    ++g_tally.inputs;
+
+    ContextEntry &entry = context_for(c.backend);
+    if (entry.status != GDN_OK) {  // checked when it was created
+        ++g_tally.refused;
+        return;
+    }
+    gdn_context *ctx = entry.ctx;
+    const bool is_ref = std::strcmp(gdn_context_backend(ctx), "ref") == 0;
+    const Judgement judgement = judge(c);
+    const std::vector<uint8_t> before = c.arena->snapshot();
+
+    // The dry run first: it never touches tensor data, so it is safe on any pointer.
+    const gdn_status checked = invoke(c, ctx, true);
+    std::string outside;
+    const bool backed = all_in_arena(c, outside);
+    if (checked != GDN_OK) {
+        expect_refusal_intact(c, ctx, checked, before);
+        if (judgement.verdict == Verdict::Valid && is_ref && checked != GDN_ERROR_TYPE)
+            finding(c, std::string("refused a valid call: ") + gdn_last_error(ctx));
+        if (judgement.verdict == Verdict::Valid && is_ref && checked == GDN_ERROR_TYPE &&
+            (raw_type(c.t[Q]) == GDN_TYPE_F32 || raw_type(c.t[Q]) == GDN_TYPE_F64))
+            finding(c, std::string("ref refused F32/F64: ") + gdn_last_error(ctx));
+    } else {
+        if (judgement.verdict == Verdict::Invalid) finding(c, "accepted an invalid call: " + judgement.reason);
+        if (!backed) {
+            // A valid layout larger than the arena (a caller may own that much memory): it was
+            // judged, but running it would read memory this target does not have.
+            ++g_tally.not_backed;
+            return;
+        }
+    }
+    if (c.check_only) {
+        if (checked != GDN_OK) ++g_tally.refused;
+        return;
+    }
+
+    const gdn_status status = invoke(c, ctx, false);
+    if (status != checked)
+        finding(c, std::string("gdn_check_* said ") + gdn_status_string(checked) + " but the call returned " + gdn_status_string(status));
+    if (status != GDN_OK) {
+        expect_refusal_intact(c, ctx, status, before);
+        ++g_tally.refused;
+        return;
+    }
+    if (gdn_last_error(ctx)[0] != '\0') finding(c, "success with a non-empty gdn_last_error");
+    const std::vector<uint8_t> mask = writable_bytes(c);
+    const int64_t stray = c.arena->first_change(before, &mask);
+    if (stray >= 0) finding(c, "byte " + std::to_string(stray) + " outside every output element changed");
+    compare_outputs(c, before, is_ref);
+    ++g_tally.computed;
+}
+
+}  // namespace gdn::fuzz

@@ -1,0 +1,341 @@
+#include "call.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace gdn::fuzz {
+namespace {
+
+constexpr const char *kSlotNames[kSlots] = {"q",     "k",        "v",  "g",  "beta", "state", "out",   "states",
+                                            "d_out", "d_states", "dq", "dk", "dv",   "dg",    "dbeta", "dstate"};
+
+// Backend names: mostly the oracle, then the other spellings and names nobody knows.
+constexpr const char *kBackends[] = {"ref", "ref", "ref", "REF", "cpu", "Cpu", "cuda", "", "reference", nullptr};
+
+// Counts and strides that break things: zero, negative, one, int64 extremes, powers of two
+// around 32-bit limits and values whose products overflow.
+constexpr int64_t kOddValues[] = {0,
+                                  -1,
+                                  1,
+                                  2,
+                                  3,
+                                  4,
+                                  8,
+                                  -8,
+                                  std::numeric_limits<int64_t>::max(),
+                                  std::numeric_limits<int64_t>::min(),
+                                  int64_t{1} << 31,
+                                  (int64_t{1} << 31) - 1,
+                                  int64_t{1} << 32,
+                                  (int64_t{1} << 32) + 1,
+                                  int64_t{1} << 62,
+                                  int64_t{1} << 20};
+
+int64_t odd_value(ByteReader &in) {
+    const int pick = in.below(18);
+    if (pick < 16) return kOddValues[pick];
+    return pick == 16 ? static_cast<int64_t>(in.u16()) : -static_cast<int64_t>(in.u16());
+}
+
+// Element types as a caller may pass them, invalid enum values included.
+int type_of(int pick) {
+    constexpr int kTypes[8] = {GDN_TYPE_F32, GDN_TYPE_F64, GDN_TYPE_F32, GDN_TYPE_F64, GDN_TYPE_F16, GDN_TYPE_BF16, 7, -1};
+    return kTypes[pick & 7];
+}
+
+enum class Layout { Contiguous, Padded, Transposed };
+
+void shape_of(const Call &c, int slot, int64_t ne[4]) {
+    const int64_t S[kSlots][4] = {
+        {c.Sk, c.Hk, c.T, c.Bq},         {c.Sk, c.Hk, c.T, c.Bq},      {c.Sv, c.Hv, c.T, c.B},
+        {c.gate_width, c.Hv, c.T, c.B},  {1, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, c.B},
+        {c.Sv, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, c.B * c.snapshots}, {c.Sv, c.Hv, c.T, c.B},
+        {c.Sk, c.Sv, c.Hv, c.B * c.snapshots},   {c.Sk, c.Hk, c.T, c.Bq},      {c.Sk, c.Hk, c.T, c.Bq},
+        {c.Sv, c.Hv, c.T, c.B},          {c.gate_width, c.Hv, c.T, c.B}, {1, c.Hv, c.T, c.B},
+        {c.Sk, c.Sv, c.Hv, c.B}};
+    for (int d = 0; d < 4; ++d) ne[d] = S[slot][d];
+}
+
+// Places tensors one after another in a byte range that becomes the arena.
+struct Placer {
+    int64_t cursor = 0;
+    int64_t take(int64_t bytes) {
+        const int64_t at = cursor;
+        cursor += (bytes + 15) / 16 * 16;
+        return at;
+    }
+};
+
+void set_strides(gdn_tensor &t, int64_t elem, Layout layout) {
+    t.nb[0] = elem;
+    if (layout == Layout::Transposed) {  // outer dimensions in reverse order: nb[3] smallest
+        int64_t stride = t.ne[0] * elem;
+        for (int d = 3; d >= 1; --d) {
+            t.nb[d] = stride;
+            stride *= t.ne[d];
+        }
+        return;
+    }
+    const int64_t pad = layout == Layout::Padded ? elem : 0;
+    for (int d = 1; d < 4; ++d) t.nb[d] = t.nb[d - 1] * t.ne[d - 1] + pad * d;
+}
+
+// q, k and v (or dq, dk and dv) as views into one packed per-token buffer, as a model's
+// conv_qkv_mix projection lays them out: per token [q heads | k heads | v heads].
+void place_packed(Call &c, int q, int k, int v, int64_t elem, Placer &placer, int64_t offsets[]) {
+    const int64_t row = (2 * c.Hk * c.Sk + c.Hv * c.Sv) * elem;
+    const int64_t base = placer.take(row * c.T * c.B);
+    const int64_t at[3] = {0, c.Hk * c.Sk * elem, 2 * c.Hk * c.Sk * elem};
+    const int slots[3] = {q, k, v};
+    for (int i = 0; i < 3; ++i) {
+        gdn_tensor &t = c.t[slots[i]];
+        t.nb[0] = elem;
+        t.nb[1] = t.ne[0] * elem;
+        t.nb[2] = row;
+        t.nb[3] = row * c.T;
+        offsets[slots[i]] = base + at[i];
+    }
+}
+
+int64_t element_count(const gdn_tensor &t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
+
+uint8_t *element_at(const gdn_tensor &t, int64_t index) {
+    int64_t offset = 0;
+    for (int d = 0; d < 4; ++d) {
+        offset += (index % t.ne[d]) * t.nb[d];
+        index /= t.ne[d];
+    }
+    return static_cast<uint8_t *>(t.data) + offset;
+}
+
+// Values in [-1, 1], written as the call's element type (F64, else F32 bits).
+void fill_values(Arena &arena, int type, uint64_t seed) {
+    uint64_t x = seed | 1;
+    auto next = [&x] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return static_cast<double>(x >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+    };
+    uint8_t *p = arena.payload();
+    if (type == GDN_TYPE_F64) {
+        for (size_t i = 0; i + 8 <= arena.payload_bytes(); i += 8) {
+            const double v = next();
+            std::memcpy(p + i, &v, 8);
+        }
+    } else {
+        for (size_t i = 0; i + 4 <= arena.payload_bytes(); i += 4) {
+            const float v = static_cast<float>(next());
+            std::memcpy(p + i, &v, 4);
+        }
+    }
+}
+
+void put_special(gdn_tensor &t, int64_t index, int kind) {
+    const double values[5] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                              -std::numeric_limits<double>::infinity(), 1e30, -1e30};
+    const double v = values[kind % 5];
+    uint8_t *p = element_at(t, index);
+    if (raw_type(t) == GDN_TYPE_F64) std::memcpy(p, &v, 8);
+    else {
+        const auto f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+    }
+}
+
+// A tensor that no rule accepts, pointing at memory no access may touch: validation must
+// refuse it before reading anything.
+void make_bogus(gdn_tensor &t, ByteReader &in) {
+    t.data = Arena::forbidden() + in.below(64) * 64;
+    switch (in.below(5)) {
+        case 0: t.ne[in.below(4)] = 0; break;
+        case 1: t.ne[in.below(4)] = -static_cast<int64_t>(in.u8()) - 1; break;
+        case 2: t.nb[0] = t.nb[0] == 1 ? 3 : 1; break;  // no gdn_type is 1 or 3 bytes
+        case 3: t.nb[1 + in.below(3)] = -static_cast<int64_t>(in.u8()); break;
+        default: set_raw_type(t, 7 + in.u8()); break;
+    }
+}
+
+void mutate(Call &c, ByteReader &in) {
+    const int slot = in.below(kSlots);
+    gdn_tensor &t = c.t[slot];
+    const int d = in.below(4);
+    switch (in.below(14)) {
+        case 0: t.data = nullptr; break;
+        case 1: make_bogus(t, in); break;
+        case 2: t.ne[d] = odd_value(in); break;
+        case 3: t.nb[d] = odd_value(in); break;
+        case 4: set_raw_type(t, type_of(in.u8())); break;
+        case 5:  // misaligned or shifted (NULL shifted is a small bogus address)
+            t.data = reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(t.data) + (in.below(16) - 8));
+            break;
+        case 6: {  // aliasing: the data of another slot, with or without its layout
+            const gdn_tensor &other = c.t[in.below(kSlots)];
+            if (in.bit()) t = other;
+            else t.data = other.data;
+            break;
+        }
+        case 7: c.pointer_passed[slot] = !c.pointer_passed[slot]; break;
+        case 8: c.problem_null = !c.problem_null; break;
+        case 9: c.grads_null = !c.grads_null; break;
+        case 10: c.head_map = in.bit() ? in.below(4) : -1 - in.below(3); break;
+        case 11: {
+            const float scales[6] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                     -1.0f, 1e30f, 1e-40f, -0.0f};
+            c.scale = scales[in.below(6)];
+            break;
+        }
+        case 12: t.nb[d] = t.nb[in.below(4)]; break;  // two dimensions with one stride: overlap
+        default: {  // one more, or twice as many (wrapping, as a caller's arithmetic might)
+            const auto n = static_cast<uint64_t>(t.ne[d]);
+            t.ne[d] = static_cast<int64_t>(in.bit() ? n + 1 : n * 2);
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+const char *slot_name(int slot) { return slot >= 0 && slot < kSlots ? kSlotNames[slot] : "?"; }
+
+int64_t element_bytes(int type) {
+    switch (type) {
+        case GDN_TYPE_F32: return 4;
+        case GDN_TYPE_F64: return 8;
+        case GDN_TYPE_F16:
+        case GDN_TYPE_BF16: return 2;
+        default: return 0;
+    }
+}
+
+bool tensor_span(const gdn_tensor &t, int64_t &span) {
+    span = element_bytes(raw_type(t));
+    for (int d = 0; d < 4; ++d) {
+        if (t.ne[d] < 1 || t.nb[d] < 0) return false;
+        int64_t step;
+        if (__builtin_mul_overflow(t.ne[d] - 1, t.nb[d], &step) || __builtin_add_overflow(span, step, &span)) return false;
+    }
+    return true;
+}
+
+bool Call::used(int slot) const {
+    if (slot <= STATE) return true;
+    return backward ? slot >= D_OUT : slot <= STATES;
+}
+
+bool Call::present(int slot) const {
+    if (!used(slot) || t[slot].data == nullptr) return false;
+    const bool by_pointer = slot == OUT || slot == STATES || slot == D_OUT || slot == D_STATES;
+    return !by_pointer || pointer_passed[slot];
+}
+
+gdn_problem Call::problem() const {
+    gdn_problem p{};
+    p.q = t[Q];
+    p.k = t[K];
+    p.v = t[V];
+    p.g = t[G];
+    p.beta = t[BETA];
+    p.state = t[STATE];
+    p.scale = scale;
+    std::memcpy(&p.head_map, &head_map, sizeof head_map);
+    return p;
+}
+
+gdn_grads Call::grads() const {
+    gdn_grads g{};
+    g.q = t[DQ];
+    g.k = t[DK];
+    g.v = t[DV];
+    g.g = t[DG];
+    g.beta = t[DBETA];
+    g.state = t[DSTATE];
+    return g;
+}
+
+std::string Call::describe() const {
+    std::ostringstream s;
+    s << (backward ? "backward" : "forward") << (check_only ? " (check)" : "") << " backend="
+      << (backend ? backend : "NULL") << " Sk=" << Sk << " Sv=" << Sv << " Hk=" << Hk << " Hv=" << Hv << " T=" << T
+      << " B=" << B << " Bq=" << Bq << " K=" << snapshots << " gate=" << gate_width << " scale=" << scale
+      << " head_map=" << head_map << (problem_null ? " problem=NULL" : "") << (grads_null ? " grads=NULL" : "") << "\n";
+    const uint8_t *base = arena ? arena->payload() : nullptr;
+    for (int i = 0; i < kSlots; ++i) {
+        if (!used(i)) continue;
+        const gdn_tensor &x = t[i];
+        s << "  " << slot_name(i) << (present(i) ? "" : " (absent)") << ": type=" << raw_type(x) << " data=";
+        if (x.data == nullptr) s << "NULL";
+        else if (arena && arena->holds(x.data, 0)) s << "arena+" << (static_cast<const uint8_t *>(x.data) - base);
+        else s << x.data;
+        s << " ne=[" << x.ne[0] << "," << x.ne[1] << "," << x.ne[2] << "," << x.ne[3] << "] nb=[" << x.nb[0] << ","
+          << x.nb[1] << "," << x.nb[2] << "," << x.nb[3] << "]\n";
+    }
+    return s.str();
+}
+
+Call decode_call(ByteReader &in) {
+    Call c;
+    const uint8_t op = in.u8();
+    c.backward = (op & 1) != 0;
+    c.check_only = (op & 6) == 6;  // one input in four only asks
+    c.backend = kBackends[in.below(sizeof(kBackends) / sizeof(kBackends[0]))];
+    const int type = type_of(in.u8());
+
+    c.Sk = 1 + in.below(4);
+    c.Sv = 1 + in.below(4);
+    c.Hk = 1 + in.below(2);
+    c.Hv = c.Hk * (1 + in.below(2));
+    c.T = 1 + in.below(6);
+    c.Bq = 1 + in.below(2);
+    c.B = c.Bq * (1 + in.below(2));
+    c.snapshots = 1 + in.below(3);
+    const uint8_t flags = in.u8();
+    c.gate_width = (flags & 1) ? c.Sk : 1;
+    c.head_map = (flags & 2) ? GDN_HEAD_MAP_GROUPED : GDN_HEAD_MAP_TILED;
+    const bool with_s0 = (flags & 4) == 0;
+    const bool packed_inputs = (flags & 8) != 0, packed_grads = (flags & 16) != 0;
+    const uint8_t wanted = static_cast<uint8_t>(~in.u8());  // bits: which optional tensors are given
+
+    // Layout, in a byte range that becomes the arena.
+    const int64_t elem = element_bytes(type) ? element_bytes(type) : 4;
+    Placer placer;
+    int64_t offsets[kSlots] = {};
+    for (int i = 0; i < kSlots; ++i) {
+        set_raw_type(c.t[i], type);
+        shape_of(c, i, c.t[i].ne);
+    }
+    if (packed_inputs) place_packed(c, Q, K, V, elem, placer, offsets);
+    if (packed_grads && c.backward) place_packed(c, DQ, DK, DV, elem, placer, offsets);
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.used(i) || (packed_inputs && i <= V) || (packed_grads && c.backward && i >= DQ && i <= DV)) continue;
+        set_strides(c.t[i], elem, static_cast<Layout>(in.below(3)));
+        int64_t span = 0;
+        tensor_span(c.t[i], span);
+        offsets[i] = placer.take(span);
+    }
+    c.arena = std::make_unique<Arena>(static_cast<size_t>(placer.cursor));
+    fill_values(*c.arena, type, in.u64());
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.used(i)) continue;
+        c.t[i].data = c.arena->payload() + offsets[i];
+        c.pointer_passed[i] = true;
+    }
+    if (!with_s0) c.t[STATE].data = nullptr;
+    const int optional[] = {OUT, STATES, D_OUT, D_STATES, DQ, DK, DV, DG};
+    for (int i = 0; i < 8; ++i)
+        if (!(wanted & (1 << i))) c.t[optional[i]].data = nullptr;
+
+    // Non-finite and huge values in any tensor.
+    for (int n = in.below(4); n > 0; --n) {
+        gdn_tensor &t = c.t[in.below(kSlots)];
+        const int64_t index = in.u16();
+        const int kind = in.u8();
+        if (t.data != nullptr && (raw_type(t) == GDN_TYPE_F32 || raw_type(t) == GDN_TYPE_F64)) put_special(t, index % element_count(t), kind);
+    }
+    for (int n = in.below(7); n > 0; --n) mutate(c, in);
+    return c;
+}
+
+}  // namespace gdn::fuzz

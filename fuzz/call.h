@@ -1,0 +1,76 @@
+// One fuzzed C API call: which op, on which backend, with which tensors. Decoded from the fuzz
+// input in two steps: a well-formed call of small sizes laid out in an arena (contiguous,
+// padded, transposed or packed views), then a few mutations (NULLs, bogus pointers, odd
+// counts and strides, wrong types, aliasing, non-finite values, odd scale and head map).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "arena.h"
+#include "byte_reader.h"
+#include "gdn/gdn.h"
+
+namespace gdn::fuzz {
+
+enum Slot {
+    Q, K, V, G, BETA, STATE,           // the problem's inputs
+    OUT, STATES,                       // forward outputs
+    D_OUT, D_STATES,                   // backward inputs
+    DQ, DK, DV, DG, DBETA, DSTATE,     // backward outputs
+    kSlots
+};
+
+const char *slot_name(int slot);
+
+struct Call {
+    bool backward = false;
+    bool check_only = false;       // gdn_check_* instead of the computing call
+    const char *backend = "ref";   // may be NULL (fastest available) or a name no backend has
+
+    // The sizes the well-formed call was built with (mutations may contradict them).
+    int64_t Sk = 1, Sv = 1, Hk = 1, Hv = 1, T = 1, B = 1, Bq = 1, snapshots = 1, gate_width = 1;  // snapshots: K of SPEC 2
+
+    gdn_tensor t[kSlots] = {};
+    bool pointer_passed[kSlots] = {};  // out, states, d_out, d_states: pointer given (else NULL)
+    bool problem_null = false, grads_null = false;
+    float scale = 0.0f;
+    int head_map = GDN_HEAD_MAP_TILED;
+
+    std::unique_ptr<Arena> arena;
+
+    // Whether the slot takes part in this op at all.
+    bool used(int slot) const;
+    // Used, its pointer passed, and data not NULL: the library sees a tensor here.
+    bool present(int slot) const;
+    bool is_output(int slot) const { return backward ? slot >= DQ : (slot == OUT || slot == STATES); }
+
+    gdn_problem problem() const;
+    gdn_grads grads() const;
+    const gdn_tensor *pointer(int slot) const { return pointer_passed[slot] ? &t[slot] : nullptr; }
+
+    std::string describe() const;
+};
+
+// Decodes a whole call; never fails (every byte string is some call).
+Call decode_call(ByteReader &in);
+
+// A caller may store any int in an enum field (C allows it); C++ code must not load an enum
+// holding a value outside its enumerators, so the target reads and writes these as ints.
+static_assert(sizeof(gdn_type) == sizeof(int) && sizeof(gdn_head_map) == sizeof(int));
+inline int raw_type(const gdn_tensor &t) {
+    int v;
+    std::memcpy(&v, &t.type, sizeof v);
+    return v;
+}
+inline void set_raw_type(gdn_tensor &t, int v) { std::memcpy(&t.type, &v, sizeof v); }
+
+// Bytes of one element for a gdn_type value, 0 for a value outside the enum.
+int64_t element_bytes(int type);
+
+// Span in bytes of a tensor; false when a count is below 1, a stride negative, or on overflow.
+bool tensor_span(const gdn_tensor &t, int64_t &span);
+
+}  // namespace gdn::fuzz

@@ -1,0 +1,3 @@
+# The C API fuzz target's logic, shared by the libFuzzer binary (fuzz/CMakeLists.txt) and the
+# corpus replay test (tests/reliability). Paths relative to fuzz/.
+set(GDN_FUZZ_API_SOURCES arena.cpp call.cpp spec_oracle.cpp api_target.cpp)

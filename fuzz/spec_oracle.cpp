@@ -1,0 +1,194 @@
+#include "spec_oracle.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace gdn::fuzz {
+namespace {
+
+std::string say(const char *slot, const char *what) { return std::string(slot) + ": " + what; }
+
+// The rules a tensor obeys on its own (SPEC 3: counts >= 1, nb[0] = element size, positive
+// strides that are multiples of the element size, aligned data, an extent that fits the
+// address space).
+bool intrinsic(const gdn_tensor &t, const char *name, std::string &why) {
+    const int64_t elem = element_bytes(raw_type(t));
+    if (elem == 0) return why = say(name, "type is not a gdn_type"), false;
+    for (int d = 0; d < 4; ++d)
+        if (t.ne[d] < 1) return why = say(name, "a count below 1"), false;
+    if (t.nb[0] != elem) return why = say(name, "nb[0] is not the element size"), false;
+    for (int d = 1; d < 4; ++d)
+        if (t.nb[d] < 1) return why = say(name, "a stride below 1"), false;
+    for (int d = 1; d < 4; ++d)
+        if (t.nb[d] % elem != 0) return why = say(name, "a stride that is not a multiple of the element size"), false;
+    if (reinterpret_cast<uintptr_t>(t.data) % elem != 0) return why = say(name, "data not aligned to the element size"), false;
+    int64_t count = 1;
+    for (int d = 0; d < 4; ++d)
+        if (__builtin_mul_overflow(count, t.ne[d], &count)) return why = say(name, "element count overflows"), false;
+    int64_t span;
+    if (!tensor_span(t, span)) return why = say(name, "byte span overflows"), false;
+    uintptr_t end;
+    if (__builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), static_cast<uintptr_t>(span), &end))
+        return why = say(name, "extent wraps the address space"), false;
+    return true;
+}
+
+bool shape_is(const gdn_tensor &t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return t.ne[0] == a && t.ne[1] == b && t.ne[2] == c && t.ne[3] == d;
+}
+
+bool same_view(const gdn_tensor &a, const gdn_tensor &b) {
+    return a.data == b.data && raw_type(a) == raw_type(b) && std::memcmp(a.ne, b.ne, sizeof a.ne) == 0 &&
+           std::memcmp(a.nb, b.nb, sizeof a.nb) == 0;
+}
+
+// Byte ownership inside the arena: which output claimed each byte, and which bytes inputs read.
+struct ByteMap {
+    std::vector<int8_t> output;   // -1: none, else the slot
+    std::vector<uint8_t> input;
+};
+
+template <class Fn>
+void for_each_byte(const gdn_tensor &t, Fn &&fn) {
+    const int64_t elem = element_bytes(raw_type(t));
+    for (int64_t i3 = 0; i3 < t.ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < t.ne[2]; ++i2)
+            for (int64_t i1 = 0; i1 < t.ne[1]; ++i1)
+                for (int64_t i0 = 0; i0 < t.ne[0]; ++i0)
+                    for (int64_t byte = 0; byte < elem; ++byte)
+                        fn(i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3] + byte);
+}
+
+// Whether two elements of t share a byte, by enumerating byte offsets from t.data (so it
+// holds wherever t points); Unknown when t has too many elements to enumerate here.
+Verdict self_overlap(const gdn_tensor &t, bool &overlapping) {
+    int64_t span;
+    const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+    if (!tensor_span(t, span) || count > (1 << 16) || span > (int64_t{1} << 24)) return Verdict::Unknown;
+    std::vector<uint8_t> seen(static_cast<size_t>(span), 0);
+    overlapping = false;
+    for_each_byte(t, [&](int64_t off) {
+        if (seen[off]) overlapping = true;
+        seen[off] = 1;
+    });
+    return Verdict::Valid;
+}
+
+// SPEC 4: an output overlaps neither itself, nor an input, nor another output; the one
+// exception is the forward's states being exactly the input state.
+Verdict check_overlaps(const Call &c, std::string &why) {
+    std::string outside;
+    const bool in_place = !c.backward && c.present(STATES) && c.present(STATE) && same_view(c.t[STATES], c.t[STATE]);
+    for (int o = 0; o < kSlots; ++o) {
+        if (!c.present(o) || !c.is_output(o)) continue;
+        bool overlapping = false;
+        if (self_overlap(c.t[o], overlapping) == Verdict::Unknown) return Verdict::Unknown;
+        if (overlapping) return why = say(slot_name(o), "elements overlap each other"), Verdict::Invalid;
+    }
+    if (!all_in_arena(c, outside)) {
+        // Only byte ranges can be compared here.
+        for (int o = 0; o < kSlots; ++o) {
+            if (!c.present(o) || !c.is_output(o)) continue;
+            int64_t span_o;
+            tensor_span(c.t[o], span_o);
+            const auto begin_o = reinterpret_cast<uintptr_t>(c.t[o].data), end_o = begin_o + span_o;
+            for (int i = 0; i < kSlots; ++i) {
+                if (i == o || !c.present(i) || (in_place && o == STATES && i == STATE)) continue;
+                int64_t span_i;
+                tensor_span(c.t[i], span_i);
+                const auto begin_i = reinterpret_cast<uintptr_t>(c.t[i].data), end_i = begin_i + span_i;
+                if (begin_o < end_i && begin_i < end_o) return Verdict::Unknown;
+            }
+        }
+        return Verdict::Valid;
+    }
+    const uint8_t *base = c.arena->payload();
+    ByteMap map{std::vector<int8_t>(c.arena->payload_bytes(), -1), std::vector<uint8_t>(c.arena->payload_bytes(), 0)};
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.present(i) || c.is_output(i) || (in_place && i == STATE)) continue;
+        const int64_t at = static_cast<const uint8_t *>(c.t[i].data) - base;
+        for_each_byte(c.t[i], [&](int64_t off) { map.input[at + off] = 1; });
+    }
+    for (int o = 0; o < kSlots; ++o) {
+        if (!c.present(o) || !c.is_output(o)) continue;
+        const int64_t at = static_cast<const uint8_t *>(c.t[o].data) - base;
+        bool self = false, other = false, input = false;
+        for_each_byte(c.t[o], [&](int64_t off) {
+            int8_t &owner = map.output[at + off];
+            if (owner == o) self = true;
+            else if (owner >= 0) other = true;
+            owner = static_cast<int8_t>(o);
+            if (map.input[at + off]) input = true;
+        });
+        if (self) return why = say(slot_name(o), "elements overlap each other (byte map)"), Verdict::Invalid;
+        if (other) return why = say(slot_name(o), "overlaps another output"), Verdict::Invalid;
+        if (input) return why = say(slot_name(o), "overlaps an input"), Verdict::Invalid;
+    }
+    return Verdict::Valid;
+}
+
+}  // namespace
+
+bool all_in_arena(const Call &c, std::string &which) {
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.present(i)) continue;
+        int64_t span;
+        if (!tensor_span(c.t[i], span) || span < 0 || !c.arena->holds(c.t[i].data, static_cast<uint64_t>(span))) {
+            which = slot_name(i);
+            return false;
+        }
+    }
+    return true;
+}
+
+Judgement judge(const Call &c) {
+    Judgement j;
+    auto invalid = [&j](std::string why) {
+        j.verdict = Verdict::Invalid;
+        j.reason = std::move(why);
+        return j;
+    };
+    if (c.problem_null) return invalid("problem is NULL");
+    for (int i = Q; i <= BETA; ++i)
+        if (c.t[i].data == nullptr) return invalid(say(slot_name(i), "required but NULL"));
+    if (c.head_map != GDN_HEAD_MAP_TILED && c.head_map != GDN_HEAD_MAP_GROUPED) return invalid("head_map out of range");
+    if (!std::isfinite(c.scale)) return invalid("scale not finite");
+    if (c.backward && c.grads_null) return invalid("grads is NULL");
+
+    std::string why;
+    for (int i = 0; i < kSlots; ++i)
+        if (c.present(i) && !intrinsic(c.t[i], slot_name(i), why)) return invalid(why);
+    for (int i = 0; i < kSlots; ++i)
+        if (c.present(i) && raw_type(c.t[i]) != raw_type(c.t[Q])) return invalid(say(slot_name(i), "type differs from q"));
+
+    const gdn_tensor &q = c.t[Q], &v = c.t[V];
+    const int64_t Sk = q.ne[0], Hk = q.ne[1], T = q.ne[2], Bq = q.ne[3], Sv = v.ne[0], Hv = v.ne[1], B = v.ne[3];
+    if (!shape_is(c.t[K], Sk, Hk, T, Bq)) return invalid("k shape differs from q");
+    if (v.ne[2] != T) return invalid("v tokens differ from q");
+    if (Hv % Hk != 0) return invalid("Hk does not divide Hv");
+    if (B % Bq != 0) return invalid("Bq does not divide B");
+    const int64_t gw = c.t[G].ne[0];
+    if ((gw != 1 && gw != Sk) || !shape_is(c.t[G], gw, Hv, T, B)) return invalid("g shape");
+    if (!shape_is(c.t[BETA], 1, Hv, T, B)) return invalid("beta shape");
+    if (c.present(STATE) && !shape_is(c.t[STATE], Sk, Sv, Hv, B)) return invalid("state shape");
+    for (int s : {OUT, D_OUT})
+        if (c.present(s) && !shape_is(c.t[s], Sv, Hv, T, B)) return invalid(say(slot_name(s), "shape"));
+    for (int s : {STATES, D_STATES}) {
+        if (!c.present(s)) continue;
+        const gdn_tensor &x = c.t[s];
+        if (x.ne[3] % B != 0 || !shape_is(x, Sk, Sv, Hv, x.ne[3])) return invalid(say(slot_name(s), "shape"));
+    }
+    const int grad_of[] = {Q, K, V, G, BETA};
+    for (int i = 0; i < 5; ++i) {
+        const int s = DQ + i;
+        const int64_t *ne = c.t[grad_of[i]].ne;
+        if (c.present(s) && !shape_is(c.t[s], ne[0], ne[1], ne[2], ne[3])) return invalid(say(slot_name(s), "shape"));
+    }
+    if (c.present(DSTATE) && !shape_is(c.t[DSTATE], Sk, Sv, Hv, B)) return invalid("dstate shape");
+
+    j.verdict = check_overlaps(c, j.reason);
+    return j;
+}
+
+}  // namespace gdn::fuzz
