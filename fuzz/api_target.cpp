@@ -196,6 +196,17 @@ void expect_refusal_intact(const Call &c, gdn_context *ctx, gdn_status status, c
 
 const ApiTally &api_tally() { return g_tally; }
 
+namespace {
+
+// GDN_FUZZ_VERBOSE=1 prints each call and what the library said (to see what a seed does).
+void trace(const Call &c, const char *stage, gdn_status status, gdn_context *ctx) {
+    static const bool verbose = std::getenv("GDN_FUZZ_VERBOSE") != nullptr;
+    if (!verbose) return;
+    std::fprintf(stderr, "%s: %s %s\n%s", stage, gdn_status_string(status), ctx ? gdn_last_error(ctx) : "", c.describe().c_str());
+}
+
+}  // namespace
+
 void run_api_input(const uint8_t *data, size_t size) {
     ByteReader in(data, size);
     Call c = decode_call(in);
@@ -203,6 +214,7 @@ void run_api_input(const uint8_t *data, size_t size) {
 
     ContextEntry &entry = context_for(c.backend);
     if (entry.status != GDN_OK) {  // checked when it was created
+        trace(c, "create", entry.status, nullptr);
         ++g_tally.refused;
         return;
     }
@@ -213,6 +225,7 @@ void run_api_input(const uint8_t *data, size_t size) {
 
     // The dry run first: it never touches tensor data, so it is safe on any pointer.
     const gdn_status checked = invoke(c, ctx, true);
+    trace(c, "check", checked, ctx);
     std::string outside;
     const bool backed = all_in_arena(c, outside);
     if (checked != GDN_OK) {

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Writes the named seed inputs of fuzz_api into fuzz/corpus/api/ (seed-*).
+
+Each seed is one call in the byte format that fuzz/call.cpp decodes (decode_call): a valid
+call of some shape and layout, or one with a chosen defect. libFuzzer starts from these and
+mutates them; the corpus test (tests/reliability) replays them in every build.
+Run from the repository root: python3 fuzz/make_seeds.py
+"""
+import os
+import struct
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "api")
+
+# Slots, as in fuzz/call.h.
+Q, K, V, G, BETA, STATE, OUTP, STATES, D_OUT, D_STATES, DQ, DK, DV, DG, DBETA, DSTATE = range(16)
+# Type picks (type_of in call.cpp): 0 F32, 1 F64, 4 F16, 5 BF16, 6 -> 7, 7 -> -1.
+F32, F64, F16, BF16, BAD_TYPE, NEG_TYPE = 0, 1, 4, 5, 6, 7
+# Mutation fields (mutate in call.cpp).
+(M_NULL, M_BOGUS, M_NE, M_NB, M_TYPE, M_SHIFT, M_ALIAS, M_NO_POINTER, M_NO_PROBLEM, M_NO_GRADS,
+ M_HEAD_MAP, M_SCALE, M_SAME_STRIDE, M_GROW) = range(14)
+# Odd values (kOddValues in call.cpp) by index.
+ODD = {"0": 0, "-1": 1, "1": 2, "max": 8, "min": 9, "2^31": 10, "2^32": 12, "2^62": 14, "2^20": 15}
+CONTIGUOUS, PADDED, TRANSPOSED = 0, 1, 2
+
+
+def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv_mult=2, T=3, Bq=1,
+         b_mult=2, K=1, kda=False, grouped=False, s0=True, packed=False, packed_grads=False,
+         omit=(), layout=CONTIGUOUS, seed=12345, specials=(), mutations=()):
+    op = (1 if backward else 0) | (6 if check else 0)
+    b = bytearray([op, backend, type_, Sk - 1, Sv - 1, Hk - 1, hv_mult - 1, T - 1, Bq - 1, b_mult - 1, K - 1])
+    b.append((1 if kda else 0) | (2 if grouped else 0) | (0 if s0 else 4) | (8 if packed else 0) |
+             (16 if packed_grads else 0))
+    optional = [OUTP, STATES, D_OUT, D_STATES, DQ, DK, DV, DG]
+    b.append(sum(1 << optional.index(s) for s in omit))
+    used = list(range(6)) + (list(range(8, 16)) if backward else [6, 7])
+    for s in used:
+        if packed and s <= V:
+            continue
+        if packed_grads and backward and DQ <= s <= DV:
+            continue
+        b.append(layout)
+    b += struct.pack("<Q", seed)
+    b.append(len(specials))
+    for slot, index, kind in specials:
+        b += bytes([slot]) + struct.pack("<H", index) + bytes([kind])
+    b.append(len(mutations))
+    for m in mutations:
+        b += bytes(m)
+    return bytes(b)
+
+
+def mut(slot, field, dim=0, *extra):
+    return [slot, dim, field, *extra]
+
+
+SEEDS = {
+    # Valid calls: every layout, both ops, both types, both gates and head maps.
+    "fwd-f32-contiguous": call(),
+    "fwd-f64-padded": call(type_=F64, layout=PADDED),
+    "fwd-f32-transposed": call(layout=TRANSPOSED),
+    "fwd-packed-qkv": call(packed=True, Hk=2, hv_mult=2, T=4),
+    "fwd-kda-grouped": call(kda=True, grouped=True, Hk=2),
+    "fwd-no-s0": call(s0=False),
+    "fwd-snapshots-K3-T2": call(K=3, T=2),
+    "fwd-out-only": call(omit=(STATES,)),
+    "fwd-states-only": call(omit=(OUTP,)),
+    "fwd-nothing-wanted": call(omit=(OUTP, STATES)),
+    "fwd-max-shape": call(Sk=4, Sv=4, Hk=2, hv_mult=2, T=6, Bq=2, b_mult=2, K=3, kda=True, layout=PADDED),
+    "bwd-f32-contiguous": call(backward=True),
+    "bwd-f64-padded": call(backward=True, type_=F64, layout=PADDED),
+    "bwd-packed-grads": call(backward=True, packed=True, packed_grads=True, Hk=2),
+    "bwd-kda-grouped-bq": call(backward=True, kda=True, grouped=True, Hk=2, Bq=2, b_mult=2),
+    "bwd-no-d-out": call(backward=True, omit=(D_OUT,)),
+    "bwd-no-d-states": call(backward=True, omit=(D_STATES,)),
+    "bwd-only-dv": call(backward=True, omit=(DQ, DK, DG)),
+    "bwd-K2-T1": call(backward=True, K=2, T=1),
+    "check-fwd": call(check=True),
+    "check-bwd": call(backward=True, check=True),
+    # Backends by name: other spellings, unknown names, NULL (fastest available).
+    "backend-REF": call(backend=3),
+    "backend-cpu": call(backend=4, backward=True),
+    "backend-cuda": call(backend=6),
+    "backend-empty-name": call(backend=7),
+    "backend-unknown": call(backend=8),
+    "backend-null": call(backend=9),
+    # Types.
+    "type-f16": call(type_=F16),
+    "type-bf16": call(backward=True, type_=BF16),
+    "type-invalid": call(type_=BAD_TYPE),
+    "type-negative": call(type_=NEG_TYPE, backward=True),
+    # Non-finite values in inputs.
+    "nan-in-q": call(specials=[(Q, 1, 0)]),
+    "inf-in-g": call(specials=[(G, 0, 1)], backward=True),
+    "neg-inf-in-g": call(specials=[(G, 2, 2)]),
+    "huge-in-k-beta": call(specials=[(K, 0, 3), (BETA, 1, 4)], backward=True),
+    "nan-in-s0-and-d-out": call(backward=True, specials=[(STATE, 3, 0), (D_OUT, 5, 0)]),
+    # NULLs.
+    "null-q-data": call(mutations=[mut(Q, M_NULL)]),
+    "null-beta-data-bwd": call(backward=True, mutations=[mut(BETA, M_NULL)]),
+    "null-problem": call(mutations=[mut(Q, M_NO_PROBLEM)]),
+    "null-grads": call(backward=True, mutations=[mut(Q, M_NO_GRADS)]),
+    # Counts and strides.
+    "ne-zero-T": call(mutations=[mut(V, M_NE, 2, ODD["0"])]),
+    "ne-negative": call(mutations=[mut(K, M_NE, 1, ODD["-1"])]),
+    "ne-int64-max": call(mutations=[mut(OUTP, M_NE, 3, ODD["max"])]),
+    "ne-2^62-bwd": call(backward=True, mutations=[mut(DV, M_NE, 0, ODD["2^62"])]),
+    "ne-2^31-states": call(mutations=[mut(STATES, M_NE, 3, ODD["2^31"])]),
+    "nb-zero": call(mutations=[mut(Q, M_NB, 2, ODD["0"])]),
+    "nb-negative": call(mutations=[mut(OUTP, M_NB, 1, ODD["-1"])]),
+    "nb-int64-min": call(backward=True, mutations=[mut(DK, M_NB, 3, ODD["min"])]),
+    "nb-huge-span-overflow": call(mutations=[mut(G, M_NB, 3, ODD["2^62"])]),
+    "nb0-wrong": call(mutations=[mut(BETA, M_NB, 0, ODD["1"])]),
+    "nb-overlapping-output": call(mutations=[mut(OUTP, M_SAME_STRIDE, 2, 1)]),
+    "nb-overlapping-input": call(mutations=[mut(V, M_SAME_STRIDE, 2, 1)]),
+    "bogus-pointer-invalid-ne": call(mutations=[mut(K, M_BOGUS, 0, 3, 0, 2)]),
+    "bogus-pointer-bad-type": call(backward=True, mutations=[mut(D_STATES, M_BOGUS, 0, 5, 4, 9)]),
+    "misaligned-v": call(mutations=[mut(V, M_SHIFT, 0, 9)]),
+    "shape-mismatch-k": call(mutations=[mut(K, M_GROW, 1, 1)]),
+    "shape-mismatch-dg": call(backward=True, mutations=[mut(DG, M_GROW, 0, 0)]),
+    # Aliasing: outputs on inputs, on each other, the allowed in-place state update.
+    "alias-out-on-q": call(mutations=[mut(OUTP, M_ALIAS, 0, Q, 0)]),
+    "alias-states-is-state": call(mutations=[mut(STATES, M_ALIAS, 0, STATE, 1)]),
+    "alias-states-is-state-K2": call(K=2, mutations=[mut(STATES, M_ALIAS, 0, STATE, 1)]),
+    "alias-dq-is-dk": call(backward=True, mutations=[mut(DQ, M_ALIAS, 0, DK, 1)]),
+    "alias-dstate-is-state": call(backward=True, mutations=[mut(DSTATE, M_ALIAS, 0, STATE, 1)]),
+    "alias-q-is-k-input": call(backward=True, mutations=[mut(K, M_ALIAS, 0, Q, 1)]),
+    # Scale and head map.
+    "scale-nan": call(mutations=[mut(Q, M_SCALE, 0, 0)]),
+    "scale-negative": call(backward=True, mutations=[mut(Q, M_SCALE, 0, 2)]),
+    "head-map-invalid": call(mutations=[mut(Q, M_HEAD_MAP, 0, 1, 3)]),
+    "head-map-negative": call(backward=True, mutations=[mut(Q, M_HEAD_MAP, 0, 0, 1)]),
+    # Optional pointers dropped.
+    "no-out-pointer": call(mutations=[mut(OUTP, M_NO_POINTER)]),
+    "no-d-states-pointer": call(backward=True, mutations=[mut(D_STATES, M_NO_POINTER)]),
+}
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for name, data in SEEDS.items():
+        with open(os.path.join(OUT, "seed-" + name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(SEEDS)} seeds to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
