@@ -43,6 +43,15 @@ Status check_tensor(const Named &t) {
     for (int d = 1; d < 4; ++d)
         if (x.nb[d] <= 0)
             return fail(GDN_ERROR_LAYOUT, "%s.nb[%d] = %" PRId64 ": strides must be positive", t.name, d, x.nb[d]);
+    // Elements must be aligned to their size: a misaligned float or double load is undefined
+    // behaviour in C++ and a fault on a GPU.
+    for (int d = 1; d < 4; ++d)
+        if (x.nb[d] % elem != 0)
+            return fail(GDN_ERROR_LAYOUT, "%s.nb[%d] = %" PRId64 " is not a multiple of the element size %" PRId64 " (%s)",
+                        t.name, d, x.nb[d], elem, type_name(x.type));
+    if (reinterpret_cast<uintptr_t>(x.data) % static_cast<uintptr_t>(elem) != 0)
+        return fail(GDN_ERROR_LAYOUT, "%s.data = %p is not aligned to its element size %" PRId64 " (%s)", t.name, x.data,
+                    elem, type_name(x.type));
     if (element_count(x) < 0)
         return fail(GDN_ERROR_SHAPE, "%s: ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] has more elements than int64 counts",
                     t.name, x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
