@@ -126,6 +126,26 @@ inline int64_t default_segment(int64_t T) {
     return seg < 1 ? 1 : seg;
 }
 
+// Accumulators the scratch of a call holds (ForwardScratch / BackwardScratch below, with the
+// default segment), or -1 when the count overflows int64. A backend checks this before it
+// allocates, so that absurd sizes are refused instead of overflowing an index or attempting
+// an allocation no machine can satisfy.
+inline int64_t scratch_elements(const Dims &d, bool backward) {
+    int64_t area, total;
+    if (__builtin_mul_overflow(d.Sk, d.Sv, &area) || __builtin_add_overflow(area, 3 * d.Sk + 2 * d.Sv + d.gate_width, &total))
+        return -1;
+    if (!backward) return total;
+    const int64_t seg = default_segment(d.T), segments = (d.T + seg - 1) / seg;
+    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+    int64_t per_unit, all_units, replay, rows;
+    if (__builtin_add_overflow(segments, 1, &per_unit) || __builtin_mul_overflow(per_unit, area, &per_unit) ||
+        __builtin_mul_overflow(units, per_unit, &all_units) || __builtin_mul_overflow(seg + 1, area, &replay) ||
+        __builtin_mul_overflow(2 * seg, d.Sk, &rows) || __builtin_add_overflow(total, all_units, &total) ||
+        __builtin_add_overflow(total, replay, &total) || __builtin_add_overflow(total, rows, &total))
+        return -1;
+    return total;
+}
+
 template <class In, class Acc>
 struct BackwardScratch {
     int64_t seg = 1, segments = 1, units = 1;

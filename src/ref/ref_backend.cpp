@@ -1,6 +1,8 @@
 // The ref backend: the per-token recurrence of SPEC section 2 accumulating in double, one unit
 // after another on the calling thread. It is the oracle the other backends are held against:
 // clear before fast.
+#include <cinttypes>
+
 #include "core/backend.h"
 #include "math/token_driver.h"
 
@@ -11,9 +13,19 @@ class RefBackend final : public Backend {
 public:
     const char *name() const override { return "ref"; }
 
-    Status supports(const Dims &d, bool) const override {
+    static constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 40;
+
+    Status supports(const Dims &d, bool backward) const override {
         if (d.type != GDN_TYPE_F32 && d.type != GDN_TYPE_F64)
             return fail(GDN_ERROR_TYPE, "the ref backend takes F32 and F64 tensors, not %s", type_name(d.type));
+        // Refuse sizes whose workspace no machine has (or whose count overflows) before
+        // allocating anything: the accumulators are doubles.
+        const int64_t elements = token::scratch_elements(d, backward);
+        if (elements < 0 || elements > kMaxWorkspaceBytes / static_cast<int64_t>(sizeof(double)))
+            return fail(GDN_ERROR_UNSUPPORTED,
+                        "the ref backend's workspace for Sk = %" PRId64 ", Sv = %" PRId64 ", T = %" PRId64
+                        " and %" PRId64 " value heads per key head would exceed 2^40 bytes",
+                        d.Sk, d.Sv, d.T, d.value_heads_per_key_head() * d.sequences_per_qk_sequence());
         return {};
     }
 
