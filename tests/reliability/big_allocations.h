@@ -1,0 +1,17 @@
+// Counts the largest single operator new request made while a scope is open, so that a test
+// can assert "no allocation was attempted" for inputs whose sizes are absurd. The counting
+// operator new lives in big_allocations.cpp and replaces the global one in the test binary
+// (the library is linked statically, so its std::vector allocations go through it too).
+#pragma once
+
+#include <cstddef>
+
+namespace gdn::reliability {
+
+class LargestAllocation {
+public:
+    LargestAllocation();   // resets the running maximum
+    size_t bytes() const;  // the largest request since construction
+};
+
+}  // namespace gdn::reliability
