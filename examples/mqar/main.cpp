@@ -18,7 +18,7 @@ void usage(std::FILE *f) {
                  "  --threads N           cpu backend threads (default 0 = all cores)\n"
                  "  --steps N             training steps (default 1500)\n"
                  "  --batch N             sequences per step (default 32)\n"
-                 "  --lr X                peak learning rate (default 3e-3)\n"
+                 "  --lr X                peak learning rate (default 6e-3)\n"
                  "  --warmup N            warmup steps (default 100)\n"
                  "  --weight-decay X      AdamW weight decay (default 0.01)\n"
                  "  --seed N              seed of weights, data and held-out set (default 1)\n"

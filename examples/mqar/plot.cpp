@@ -21,7 +21,7 @@ bool write_plot(const std::string &csv_path, const std::string &png_path, const 
                  "set terminal png size 1000,600\n"
                  "set output '%s'\n"
                  "set datafile separator ','\n"
-                 "set key outside bottom center horizontal\n"
+                 "set key right center box opaque\n"
                  "set title \"%s\" noenhanced\n"
                  "set xlabel 'step'\n"
                  "set ylabel 'cross-entropy on query positions'\n"

@@ -18,7 +18,7 @@ struct TrainConfig {
     AdamWConfig adamw;
     int steps = 1500;
     int batch = 32;                // sequences per step, all in one gdn call per layer
-    double lr = 3e-3;              // peak; linear warmup, then cosine decay to lr_final_fraction
+    double lr = 6e-3;              // peak; linear warmup, then cosine decay to lr_final_fraction
     int warmup = 100;
     double lr_final_fraction = 0.1;
     uint64_t seed = 1;             // data, initial weights and held-out set all derive from it
