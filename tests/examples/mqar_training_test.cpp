@@ -56,5 +56,20 @@ TEST(MqarTraining, WithoutTheOpGradientRecallIsNotLearned) {
     EXPECT_LT(r.final_eval_accuracy, 0.2);
 }
 
+TEST(MqarTraining, SameSeedSameCurveOnAnyThreadCount) {
+    TrainConfig cfg = short_run();
+    cfg.steps = 40;
+    cfg.threads = 1;
+    const TrainResult one = train(cfg, nullptr);
+    cfg.threads = 2;
+    const TrainResult two = train(cfg, nullptr);
+    ASSERT_EQ(one.curve.size(), two.curve.size());
+    for (size_t i = 0; i < one.curve.size(); ++i) {
+        EXPECT_EQ(one.curve[i].loss, two.curve[i].loss) << "step " << one.curve[i].step;
+        EXPECT_EQ(one.curve[i].accuracy, two.curve[i].accuracy) << "step " << one.curve[i].step;
+    }
+    EXPECT_EQ(one.final_eval_loss, two.final_eval_loss);
+}
+
 }  // namespace
 }  // namespace mqar
