@@ -29,12 +29,13 @@ void linear_forward(const T *X, const T *W, T *Y, int64_t rows, int64_t in, int6
     }
 }
 
-// dW += X^T dY
+// dW[i0:i1, :] += X[:, i0:i1]^T dY: the weight rows [i0, i1) (all of them: i0 = 0, i1 = in).
 template <class T>
-void linear_backward_weight(const T *X, const T *dY, T *dW, int64_t rows, int64_t in, int64_t out) {
+void linear_backward_weight(const T *X, const T *dY, T *dW, int64_t rows, int64_t in, int64_t out, int64_t i0,
+                            int64_t i1) {
     for (int64_t r = 0; r < rows; ++r) {
         const T *x = X + r * in, *dy = dY + r * out;
-        for (int64_t i = 0; i < in; ++i) {
+        for (int64_t i = i0; i < i1; ++i) {
             const T xi = x[i];
             T *dw = dW + i * out;
             for (int64_t o = 0; o < out; ++o) dw[o] += xi * dy[o];
@@ -42,18 +43,23 @@ void linear_backward_weight(const T *X, const T *dY, T *dW, int64_t rows, int64_
     }
 }
 
-// dX += dY W^T. `wt` is scratch for W transposed, so the inner loop runs along a row.
+// Wt[out, in] = W[in, out]^T, for linear_backward_input.
 template <class T>
-void linear_backward_input(const T *dY, const T *W, T *dX, int64_t rows, int64_t in, int64_t out, std::vector<T> &wt) {
-    wt.resize(static_cast<size_t>(in * out));
+void transpose(const T *W, int64_t in, int64_t out, std::vector<T> &Wt) {
+    Wt.resize(static_cast<size_t>(in * out));
     for (int64_t i = 0; i < in; ++i)
-        for (int64_t o = 0; o < out; ++o) wt[o * in + i] = W[i * out + o];
+        for (int64_t o = 0; o < out; ++o) Wt[o * in + i] = W[i * out + o];
+}
+
+// dX += dY W^T, given Wt = W^T (so the inner loop runs along a row).
+template <class T>
+void linear_backward_input(const T *dY, const T *Wt, T *dX, int64_t rows, int64_t in, int64_t out) {
     for (int64_t r = 0; r < rows; ++r) {
         const T *dy = dY + r * out;
         T *dx = dX + r * in;
         for (int64_t o = 0; o < out; ++o) {
             const T d = dy[o];
-            const T *w = wt.data() + o * in;
+            const T *w = Wt + o * in;
             for (int64_t i = 0; i < in; ++i) dx[i] += d * w[i];
         }
     }

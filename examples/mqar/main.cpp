@@ -15,7 +15,7 @@ void usage(std::FILE *f) {
     std::fprintf(f,
                  "usage: gdn-mqar [options]\n"
                  "  --backend cpu|ref     libgdn backend (default cpu; falls back to ref if cpu cannot start)\n"
-                 "  --threads N           cpu backend threads (default 0 = all cores)\n"
+                 "  --threads N           threads of the cpu backend and of the dense layers (default 0 = all cores)\n"
                  "  --steps N             training steps (default 1500)\n"
                  "  --batch N             sequences per step (default 32)\n"
                  "  --lr X                peak learning rate (default 6e-3)\n"

@@ -70,6 +70,8 @@ void fill(Param<T> &p, T value) {
 }
 
 constexpr double kNormEps = 1e-6;
+// Multiply-adds below which a range is not worth a thread.
+constexpr int64_t kGrainFlops = 1 << 16;
 
 }  // namespace
 
@@ -147,6 +149,24 @@ gdn_problem Model<T>::problem(LayerCache &c) const {
     return p;
 }
 
+// Y[rows_, out] = X W, the rows split over the workers.
+template <class T>
+void Model<T>::linear(const T *X, const T *W, T *Y, int64_t in, int64_t out) {
+    workers_.ranges(rows_, kGrainFlops / (in * out) + 1,
+                    [&](int64_t r0, int64_t r1) { linear_forward(X + r0 * in, W, Y + r0 * out, r1 - r0, in, out); });
+}
+
+// dW += X^T dY (the weight's rows split over the workers) and dX += dY W^T (the data rows split).
+template <class T>
+void Model<T>::linear_grads(const T *X, const T *W, const T *dY, T *dW, T *dX, int64_t in, int64_t out) {
+    workers_.ranges(in, kGrainFlops / (rows_ * out) + 1,
+                    [&](int64_t i0, int64_t i1) { linear_backward_weight(X, dY, dW, rows_, in, out, i0, i1); });
+    transpose(W, in, out, wt_);
+    workers_.ranges(rows_, kGrainFlops / (in * out) + 1, [&](int64_t r0, int64_t r1) {
+        linear_backward_input(dY + r0 * out, wt_.data(), dX + r0 * in, r1 - r0, in, out);
+    });
+}
+
 template <class T>
 void Model<T>::forward_layer(gdn_context *ctx, Layer &L, LayerCache &c, const std::vector<T> &x_in,
                              std::vector<T> &x_out) {
@@ -160,7 +180,7 @@ void Model<T>::forward_layer(gdn_context *ctx, Layer &L, LayerCache &c, const st
     c.mix.resize(R * C);
     c.conv_z.resize(R * C);
     c.packed.resize(R * C);
-    linear_forward(c.h.data(), L.qkv.value.data(), c.mix.data(), R, d, C);
+    linear(c.h.data(), L.qkv.value.data(), c.mix.data(), d, C);
     conv_silu_forward(c.mix.data(), L.conv.value.data(), c.conv_z.data(), c.packed.data(), sequences_, seq_len_, C,
                       int64_t(cfg_.conv_taps));
     c.qk_norms.resize(R * 2 * Hk);
@@ -170,8 +190,8 @@ void Model<T>::forward_layer(gdn_context *ctx, Layer &L, LayerCache &c, const st
     c.b.resize(R * Hv);
     c.g.resize(R * Hv);
     c.beta.resize(R * Hv);
-    linear_forward(c.h.data(), L.a.value.data(), c.a.data(), R, d, Hv);
-    linear_forward(c.h.data(), L.b.value.data(), c.b.data(), R, d, Hv);
+    linear(c.h.data(), L.a.value.data(), c.a.data(), d, Hv);
+    linear(c.h.data(), L.b.value.data(), c.b.data(), d, Hv);
     gates_forward(c.a.data(), c.b.data(), L.A_log.value.data(), L.dt_bias.value.data(), c.g.data(), c.beta.data(), R,
                   Hv);
 
@@ -181,7 +201,7 @@ void Model<T>::forward_layer(gdn_context *ctx, Layer &L, LayerCache &c, const st
     check(ctx, gdn_forward(ctx, &p, &o, nullptr), "gdn_forward");
 
     x_out.resize(R * d);
-    linear_forward(c.o.data(), L.out.value.data(), x_out.data(), R, VW, d);
+    linear(c.o.data(), L.out.value.data(), x_out.data(), VW, d);
     for (int64_t e = 0; e < R * d; ++e) x_out[e] += x_in[e];
 }
 
@@ -191,9 +211,8 @@ void Model<T>::backward_layer(gdn_context *ctx, Layer &L, LayerCache &c, std::ve
     const int64_t R = rows_, d = cfg_.width, C = cfg_.conv_dim(), S = cfg_.head_dim;
     const int64_t Hk = cfg_.key_heads, Hv = cfg_.value_heads, VW = Hv * S;
 
-    linear_backward_weight(c.o.data(), dx.data(), L.out.grad.data(), R, VW, d);
     do_.assign(R * VW, T(0));
-    linear_backward_input(dx.data(), L.out.value.data(), do_.data(), R, VW, d, wt_);
+    linear_grads(c.o.data(), L.out.value.data(), dx.data(), L.out.grad.data(), do_.data(), VW, d);
 
     dpacked_.resize(R * C);
     dg_.resize(R * Hv);
@@ -222,10 +241,8 @@ void Model<T>::backward_layer(gdn_context *ctx, Layer &L, LayerCache &c, std::ve
     gates_backward(c.a.data(), L.A_log.value.data(), L.dt_bias.value.data(), c.g.data(), c.beta.data(), dg_.data(),
                    dbeta_.data(), da_.data(), db_.data(), L.A_log.grad.data(), L.dt_bias.grad.data(), R, Hv);
     dh_.assign(R * d, T(0));
-    linear_backward_weight(c.h.data(), da_.data(), L.a.grad.data(), R, d, Hv);
-    linear_backward_input(da_.data(), L.a.value.data(), dh_.data(), R, d, Hv, wt_);
-    linear_backward_weight(c.h.data(), db_.data(), L.b.grad.data(), R, d, Hv);
-    linear_backward_input(db_.data(), L.b.value.data(), dh_.data(), R, d, Hv, wt_);
+    linear_grads(c.h.data(), L.a.value.data(), da_.data(), L.a.grad.data(), dh_.data(), d, Hv);
+    linear_grads(c.h.data(), L.b.value.data(), db_.data(), L.b.grad.data(), dh_.data(), d, Hv);
 
     // q/k normalisation, conv + SiLU, the packed projection.
     l2norm_backward(c.packed.data(), c.qk_norms.data(), dpacked_.data(), R, C, 2 * Hk, S);
@@ -233,8 +250,7 @@ void Model<T>::backward_layer(gdn_context *ctx, Layer &L, LayerCache &c, std::ve
     dmix_.assign(R * C, T(0));
     conv_silu_backward(c.mix.data(), L.conv.value.data(), c.conv_z.data(), dpacked_.data(), dconv_z_.data(),
                        dmix_.data(), L.conv.grad.data(), sequences_, seq_len_, C, int64_t(cfg_.conv_taps));
-    linear_backward_weight(c.h.data(), dmix_.data(), L.qkv.grad.data(), R, d, C);
-    linear_backward_input(dmix_.data(), L.qkv.value.data(), dh_.data(), R, d, C, wt_);
+    linear_grads(c.h.data(), L.qkv.value.data(), dmix_.data(), L.qkv.grad.data(), dh_.data(), d, C);
 
     rmsnorm_backward(c.x_in.data(), L.norm.value.data(), c.inv_rms.data(), dh_.data(), dx.data(), L.norm.grad.data(), R,
                      d);
@@ -263,7 +279,7 @@ StepStats Model<T>::run(gdn_context *ctx, const Batch &batch, bool backward, boo
     rmsnorm_forward(x_final_.data(), final_norm_.value.data(), h_final_.data(), inv_rms_final_.data(), R, d,
                     T(kNormEps));
     logits_.resize(R * V);
-    linear_forward(h_final_.data(), head_.value.data(), logits_.data(), R, d, V);
+    linear(h_final_.data(), head_.value.data(), logits_.data(), d, V);
 
     int64_t scored = 0;
     for (int32_t t : batch.targets) scored += t >= 0 ? 1 : 0;
@@ -278,9 +294,8 @@ StepStats Model<T>::run(gdn_context *ctx, const Batch &batch, bool backward, boo
     if (!backward) return st;
 
     for (Param<T> *p : params()) std::fill(p->grad.begin(), p->grad.end(), T(0));
-    linear_backward_weight(h_final_.data(), dlogits_.data(), head_.grad.data(), R, d, V);
     dh_.assign(R * d, T(0));
-    linear_backward_input(dlogits_.data(), head_.value.data(), dh_.data(), R, d, V, wt_);
+    linear_grads(h_final_.data(), head_.value.data(), dlogits_.data(), head_.grad.data(), dh_.data(), d, V);
     dx_.assign(R * d, T(0));
     rmsnorm_backward(x_final_.data(), final_norm_.value.data(), inv_rms_final_.data(), dh_.data(), dx_.data(),
                      final_norm_.grad.data(), R, d);

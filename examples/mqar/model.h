@@ -23,6 +23,7 @@
 #include "data.h"
 #include "gdn/gdn.h"
 #include "layers.h"
+#include "parallel.h"
 
 namespace mqar {
 
@@ -60,6 +61,8 @@ public:
     Model(const ModelConfig &cfg, uint64_t seed);
 
     const ModelConfig &config() const { return cfg_; }
+    // Threads of the dense layers (0: one per hardware thread). Results do not depend on it.
+    void set_threads(int threads) { workers_.set_count(threads); }
     std::vector<Param<T> *> params();
 
     // Forward over a batch and the loss; when `backward`, also every parameter's gradient
@@ -67,7 +70,6 @@ public:
     // in which nothing below the op learns from the recall loss.
     StepStats run(gdn_context *ctx, const Batch &batch, bool backward, bool zero_op_grad = false);
 
-    // The message of the last failed libgdn call (run() throws std::runtime_error with it).
 private:
     struct Layer {
         Param<T> norm, qkv, conv, a, b, A_log, dt_bias, out;
@@ -80,8 +82,11 @@ private:
     void forward_layer(gdn_context *ctx, Layer &L, LayerCache &c, const std::vector<T> &x_in, std::vector<T> &x_out);
     void backward_layer(gdn_context *ctx, Layer &L, LayerCache &c, std::vector<T> &dx, bool zero_op_grad);
     gdn_problem problem(LayerCache &c) const;
+    void linear(const T *X, const T *W, T *Y, int64_t in, int64_t out);
+    void linear_grads(const T *X, const T *W, const T *dY, T *dW, T *dX, int64_t in, int64_t out);
 
     ModelConfig cfg_;
+    Workers workers_;
     int64_t sequences_ = 0, seq_len_ = 0, rows_ = 0;
     Param<T> embed_, final_norm_, head_;
     std::vector<Layer> layers_;

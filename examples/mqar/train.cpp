@@ -83,6 +83,7 @@ TrainResult train(const TrainConfig &cfg, std::FILE *log) {
     res.backend = gdn_context_backend(ctx);
     try {
         Model<float> model(cfg.model, cfg.seed ^ kWeightsStream);
+        model.set_threads(cfg.threads);
         AdamW<float> opt(model.params(), cfg.adamw);
         Rng train_rng(cfg.seed ^ kTrainStream), held_rng(cfg.seed ^ kHeldOutStream);
         Batch held_out, batch;

@@ -27,7 +27,7 @@ struct TrainConfig {
     int log_every = 25;            // steps between progress lines (0: none)
     double stop_at_accuracy = 0;   // > 0: stop once held-out accuracy reaches it
     std::string backend = "cpu";   // falls back to ref when it cannot start
-    int threads = 0;               // cpu backend: 0 = all cores
+    int threads = 0;               // cpu backend and dense layers: 0 = all cores
     bool zero_op_grad = false;     // ablation: the delta-net op's backward returns zeros
 };
 
