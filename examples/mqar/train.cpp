@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
