@@ -1,19 +1,33 @@
 # Decides whether the CUDA backend is built (GDN_CUDA = AUTO | ON | OFF) and sets
-# GDN_WITH_CUDA. Architectures: CMAKE_CUDA_ARCHITECTURES, by default every one of Ampere, Ada,
-# Hopper and Blackwell consumer that the toolkit knows.
+# GDN_WITH_CUDA. Architectures: CMAKE_CUDA_ARCHITECTURES (e.g. -DCMAKE_CUDA_ARCHITECTURES=90),
+# by default every one of Ampere (80, 86), Ada (89), Hopper (90) and Blackwell consumer (120)
+# that the toolkit knows.
 set(GDN_WITH_CUDA OFF)
 if(NOT GDN_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 80 86 89 90)
       execute_process(COMMAND ${CMAKE_CUDA_COMPILER} --list-gpu-arch OUTPUT_VARIABLE _gdn_arches ERROR_QUIET)
-      if(_gdn_arches MATCHES "compute_120")
-        list(APPEND CMAKE_CUDA_ARCHITECTURES 120)
+      set(_gdn_default_arches "")
+      foreach(_arch 80 86 89 90 120)
+        if(_gdn_arches MATCHES "compute_${_arch}")
+          list(APPEND _gdn_default_arches ${_arch})
+        endif()
+      endforeach()
+      if(NOT _gdn_default_arches)  # an nvcc too old to list its targets
+        set(_gdn_default_arches 80 86 89 90)
       endif()
+      set(CMAKE_CUDA_ARCHITECTURES ${_gdn_default_arches} CACHE STRING "CUDA architectures of the cuda backend")
     endif()
     enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # -lineinfo: compute-sanitizer and ncu report source lines; no cost in the generated code.
+    # -Xcompiler=-fvisibility=hidden: as the C++ sources, only the C API leaves libgdn.
+    string(APPEND CMAKE_CUDA_FLAGS " -lineinfo -Xcompiler=-fvisibility=hidden")
+    # At the top level so that CUDA::cudart_static is visible to every directory (tests too).
+    find_package(CUDAToolkit REQUIRED)
     set(GDN_WITH_CUDA ON)
     message(STATUS "gdn: CUDA backend ON, architectures ${CMAKE_CUDA_ARCHITECTURES}")
   elseif(GDN_CUDA STREQUAL "ON")

@@ -1,3 +1,7 @@
 # Sources of the cuda backend (paths relative to src/), compiled when GDN_WITH_CUDA.
-set(GDN_CUDA_SOURCES cuda/cuda_absent.cpp)
-find_package(CUDAToolkit REQUIRED)
+# cmake/cuda.cmake has already enabled CUDA and found the toolkit (CUDA::cudart_static).
+set(GDN_CUDA_SOURCES
+  cuda/cuda_backend.cu
+  cuda/workspace.cu
+  cuda/token_forward.cu
+  cuda/token_backward.cu)

@@ -1,0 +1,200 @@
+// The cuda backend, host side: device checks, tensor views, the workspace, and the choice of
+// kernels. Every kernel runs on the context's stream (gdn_context_params.stream, NULL = the
+// default stream); no call synchronises with the host, and no call allocates once the
+// workspace has reached the size of the largest call so far.
+#include <cuda_runtime_api.h>
+
+#include <cinttypes>
+#include <climits>
+#include <memory>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "cuda/cuda_status.h"
+#include "cuda/kernels.h"
+#include "cuda/workspace.h"
+
+namespace gdn {
+namespace {
+
+using cuda::View;
+
+// Makes `device` current for the duration of a call and restores the caller's device after.
+class DeviceScope {
+public:
+    Status enter(int device) {
+        GDN_CUDA_TRY(cudaGetDevice(&previous_), "cudaGetDevice");
+        if (previous_ != device) {
+            GDN_CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
+            switched_ = true;
+        }
+        return {};
+    }
+    ~DeviceScope() {
+        if (switched_) cudaSetDevice(previous_);
+    }
+
+private:
+    int previous_ = 0;
+    bool switched_ = false;
+};
+
+// Checks that a tensor is F32 memory this device can read whole floats from, and describes it
+// in element strides.
+Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
+    out = View{};
+    if (t == nullptr) return {};
+    const uintptr_t address = reinterpret_cast<uintptr_t>(t->data);
+    if (address % sizeof(float) != 0)
+        return fail(GDN_ERROR_UNSUPPORTED, "%s.data = %p is not aligned to 4 bytes (the cuda backend reads whole floats)", name, t->data);
+    for (int d = 1; d < 4; ++d)
+        if (t->nb[d] % static_cast<int64_t>(sizeof(float)) != 0)
+            return fail(GDN_ERROR_UNSUPPORTED, "%s.nb[%d] = %" PRId64 " is not a multiple of 4 bytes (the cuda backend reads whole floats)",
+                        name, d, t->nb[d]);
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, t->data);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data = %p: cudaPointerGetAttributes failed: %s", name, t->data, cudaGetErrorString(e));
+    }
+    switch (attr.type) {
+        case cudaMemoryTypeDevice:
+            if (attr.device != device)
+                return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data = %p is memory of device %d, but this context runs on device %d", name,
+                            t->data, attr.device, device);
+            break;
+        case cudaMemoryTypeManaged: break;
+        case cudaMemoryTypeHost:  // pinned host memory, readable by the device when mapped at the same address
+            if (attr.devicePointer != t->data)
+                return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data = %p is pinned host memory not mapped at the same device address", name,
+                            t->data);
+            break;
+        default:
+            return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data = %p is not device memory (the cuda backend takes device pointers)", name,
+                        t->data);
+    }
+    out.data = static_cast<float *>(t->data);
+    out.s1 = t->nb[1] / static_cast<int64_t>(sizeof(float));
+    out.s2 = t->nb[2] / static_cast<int64_t>(sizeof(float));
+    out.s3 = t->nb[3] / static_cast<int64_t>(sizeof(float));
+    return {};
+}
+
+cuda::Sizes sizes_of(const Dims &d) {
+    cuda::Sizes n;
+    n.Sk = static_cast<int>(d.Sk);
+    n.Sv = static_cast<int>(d.Sv);
+    n.Hk = static_cast<int>(d.Hk);
+    n.Hv = static_cast<int>(d.Hv);
+    n.B = static_cast<int>(d.B);
+    n.Bq = static_cast<int>(d.Bq);
+    n.K = static_cast<int>(d.K);
+    n.gate_width = static_cast<int>(d.gate_width);
+    n.grouped = d.head_map == GDN_HEAD_MAP_GROUPED ? 1 : 0;
+    n.T = d.T;
+    n.scale = static_cast<float>(d.scale);
+    return n;
+}
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(int device, cudaStream_t stream, bool stream_ordered)
+        : device_(device), stream_(stream), workspace_(std::make_unique<cuda::DeviceWorkspace>(stream, stream_ordered)) {}
+
+    ~CudaBackend() override {
+        DeviceScope scope;
+        scope.enter(device_);  // best effort: the workspace is freed with its own device current
+        workspace_.reset();
+    }
+
+    const char *name() const override { return "cuda"; }
+
+    Status supports(const Dims &d, bool) const override {
+        if (d.type != GDN_TYPE_F32) return fail(GDN_ERROR_TYPE, "the cuda backend takes F32 tensors, not %s", type_name(d.type));
+        if (d.Sk > cuda::kMaxHeadSize)
+            return fail(GDN_ERROR_UNSUPPORTED, "Sk = %" PRId64 ": the cuda backend takes key head sizes up to %d", d.Sk, cuda::kMaxHeadSize);
+        if (d.Sv > cuda::kMaxHeadSize)
+            return fail(GDN_ERROR_UNSUPPORTED, "Sv = %" PRId64 ": the cuda backend takes value head sizes up to %d", d.Sv,
+                        cuda::kMaxHeadSize);
+        if (d.Hv > kMaxGridDim)
+            return fail(GDN_ERROR_UNSUPPORTED, "Hv = %" PRId64 ": the cuda backend takes at most %d value heads", d.Hv, kMaxGridDim);
+        if (d.B > kMaxGridDim)
+            return fail(GDN_ERROR_UNSUPPORTED, "B = %" PRId64 ": the cuda backend takes at most %d sequences", d.B, kMaxGridDim);
+        if (d.K > INT_MAX)
+            return fail(GDN_ERROR_UNSUPPORTED, "K = %" PRId64 ": the cuda backend takes at most %d snapshot slots", d.K, INT_MAX);
+        return {};
+    }
+
+    Status forward(const ForwardArgs &a) override {
+        DeviceScope scope;
+        GDN_TRY(scope.enter(device_));
+        cuda::ForwardViews w;
+        GDN_TRY(view_of("q", a.q, device_, w.q));
+        GDN_TRY(view_of("k", a.k, device_, w.k));
+        GDN_TRY(view_of("v", a.v, device_, w.v));
+        GDN_TRY(view_of("g", a.g, device_, w.g));
+        GDN_TRY(view_of("beta", a.beta, device_, w.beta));
+        GDN_TRY(view_of("state", a.s0, device_, w.s0));
+        GDN_TRY(view_of("out", a.out, device_, w.out));
+        GDN_TRY(view_of("states", a.states, device_, w.states));
+        GDN_CUDA_TRY(cuda::launch_token_forward(w, sizes_of(a.dims), stream_), "launching the per-token forward");
+        last_workspace_ = 0;
+        return {};
+    }
+
+    Status backward(const BackwardArgs &a) override {
+        DeviceScope scope;
+        GDN_TRY(scope.enter(device_));
+        cuda::BackwardViews w;
+        GDN_TRY(view_of("q", a.q, device_, w.q));
+        GDN_TRY(view_of("k", a.k, device_, w.k));
+        GDN_TRY(view_of("v", a.v, device_, w.v));
+        GDN_TRY(view_of("g", a.g, device_, w.g));
+        GDN_TRY(view_of("beta", a.beta, device_, w.beta));
+        GDN_TRY(view_of("state", a.s0, device_, w.s0));
+        GDN_TRY(view_of("d_out", a.d_out, device_, w.d_out));
+        GDN_TRY(view_of("d_states", a.d_states, device_, w.d_states));
+        GDN_TRY(view_of("grads.q", a.dq, device_, w.dq));
+        GDN_TRY(view_of("grads.k", a.dk, device_, w.dk));
+        GDN_TRY(view_of("grads.v", a.dv, device_, w.dv));
+        GDN_TRY(view_of("grads.g", a.dg, device_, w.dg));
+        GDN_TRY(view_of("grads.beta", a.dbeta, device_, w.dbeta));
+        GDN_TRY(view_of("grads.state", a.ds0, device_, w.ds0));
+        const cuda::Sizes n = sizes_of(a.dims);
+        const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n);
+        GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
+        GDN_CUDA_TRY(cuda::launch_token_backward(w, n, plan, workspace_->data(), stream_), "launching the per-token backward");
+        last_workspace_ = plan.bytes;
+        return {};
+    }
+
+    uint64_t workspace_bytes() const override { return last_workspace_; }
+
+private:
+    static constexpr int kMaxGridDim = 65535;  // grid y and z carry value heads and sequences
+
+    int device_;
+    cudaStream_t stream_;
+    std::unique_ptr<cuda::DeviceWorkspace> workspace_;
+    uint64_t last_workspace_ = 0;  // bytes the last successful call needed
+};
+
+}  // namespace
+
+Status make_cuda_backend(const gdn_context_params &params, std::unique_ptr<Backend> &out) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fail(GDN_ERROR_BACKEND, "cuda: no usable CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    if (count == 0) return fail(GDN_ERROR_BACKEND, "cuda: no CUDA device found");
+    if (params.device >= count)
+        return fail(GDN_ERROR_BACKEND, "cuda: device %d does not exist (this machine has %d CUDA device(s))", params.device, count);
+    int pools = 0;
+    GDN_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, params.device), "cudaDeviceGetAttribute");
+    out = std::make_unique<CudaBackend>(params.device, static_cast<cudaStream_t>(params.stream), pools != 0);
+    return {};
+}
+
+}  // namespace gdn
