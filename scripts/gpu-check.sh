@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU: builds gdn with the CUDA backend for this GPU,
+# then runs, each under a time limit,
+#   1. the cuda unit tests (ctest -L cuda: parity with ref, determinism, stream, refusals),
+#   2. gdn-ops test -b CUDA0, 3. gdn-ops grad -b CUDA0,
+#   4. gdn-ops perf -b CUDA0 and cuda_bench at the Qwen3.5-27B shape, T = 1, 512, 4096,
+#   5. compute-sanitizer memcheck and racecheck on the small test cases,
+# and prints a table of the results last. Exit status: non-zero when any step failed.
+# Budget: about 8 minutes on an H200 (the build is most of it).
+#
+#   scripts/gpu-check.sh [build-dir]        (default: build-gpu)
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-gpu}
+LOG=$BUILD/gpu-check-logs
+mkdir -p "$LOG"
+export PATH=/usr/local/cuda/bin:$PATH
+JOBS=$(nproc 2>/dev/null || echo 4)
+
+declare -a NAMES RESULTS SECONDS_TAKEN
+record() { NAMES+=("$1"); RESULTS+=("$2"); SECONDS_TAKEN+=("$3"); }
+
+# run NAME LIMIT_SECONDS COMMAND...: runs a step with a time limit, logs to $LOG/NAME.log.
+run() {
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    echo "== $name: $*"
+    timeout --signal=KILL "$limit" "$@" >"$LOG/$name.log" 2>&1
+    local rc=$?
+    local took=$((SECONDS - start))
+    tail -n 15 "$LOG/$name.log"
+    if [ $rc -eq 0 ]; then record "$name" PASS "$took"
+    elif [ $rc -eq 137 ]; then record "$name" "TIMEOUT(${limit}s)" "$took"
+    else record "$name" "FAIL(rc=$rc)" "$took"; fi
+    return $rc
+}
+
+skip() { echo "== $1: skipped ($2)"; record "$1" "SKIP: $2" 0; }
+
+# The GPU's architecture, e.g. 90 for an H100/H200 (nvidia-smi knows it; else CMake's native).
+ARCH=${GDN_CUDA_ARCH:-}
+[ -n "$ARCH" ] || ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+[ -n "$ARCH" ] || ARCH=native
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+
+if ! run configure 120 cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH"; then
+    # No GoogleTest on this machine: build the library and tools only.
+    rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
+    run configure-no-tests 120 cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGDN_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGDN_BUILD_TESTS=OFF -DGDN_BUILD_BENCH=OFF -DGDN_BUILD_EXAMPLES=OFF
+fi
+run build 300 cmake --build "$BUILD" -j "$JOBS"
+
+TESTS=$BUILD/tests/cuda/cuda_backend_test
+OPS=$(find "$BUILD" -type f -name gdn-ops -perm -u+x 2>/dev/null | head -n1)
+BENCH=$BUILD/tests/cuda/cuda_bench
+if [ ! -x "$BENCH" ] && [ -f "$BUILD/src/libgdn.a" ]; then
+    # Tests were not configured (no GoogleTest): build the bench by hand against the static library.
+    g++ -O2 -std=c++17 tests/cuda/cuda_bench.cpp -Iinclude -I/usr/local/cuda/include "$BUILD/src/libgdn.a" \
+        -L/usr/local/cuda/lib64 -lcudart_static -lpthread -ldl -lrt -o "$BUILD/cuda_bench" && BENCH=$BUILD/cuda_bench
+fi
+
+if [ -x "$TESTS" ]; then run unit-tests 120 "$TESTS" --gtest_brief=1; else skip unit-tests "not built"; fi
+if [ -n "$OPS" ]; then
+    run ops-test 120 "$OPS" test -b CUDA0
+    run ops-grad 120 "$OPS" grad -b CUDA0
+    run ops-perf 120 "$OPS" perf -b CUDA0 --preset qwen3.5-27b -p 'T=(1|512|4096),'
+else
+    skip ops-test "gdn-ops not built"; skip ops-grad "gdn-ops not built"; skip ops-perf "gdn-ops not built"
+fi
+if [ -x "$BENCH" ]; then run bench-27b 120 "$BENCH" 1 512 4096; else skip bench-27b "cuda_bench not built"; fi
+
+SMALL='CudaContract.*:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7'
+if command -v compute-sanitizer >/dev/null && [ -x "$TESTS" ]; then
+    run memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_brief=1 --gtest_filter="$SMALL"
+    run racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_brief=1 \
+        --gtest_filter="Shapes/CudaParity.Backward*/case1:Shapes/CudaParity.Backward*/case5:Shapes/CudaParity.Forward*/case1"
+else
+    skip memcheck "compute-sanitizer or the tests missing"; skip racecheck "compute-sanitizer or the tests missing"
+fi
+
+echo
+echo "== timings (cuda_bench, 27B shape, B = 1; targets at T = 4096: fwd < 0.35 ms, bwd < 1.1 ms)"
+[ -f "$LOG/bench-27b.log" ] && grep -E '^(op|fwd|bwd) ' "$LOG/bench-27b.log"
+echo
+echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1), sm_$ARCH; logs in $LOG)"
+printf '%-20s %-22s %8s\n' step result seconds
+failed=0
+for i in "${!NAMES[@]}"; do
+    printf '%-20s %-22s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${SECONDS_TAKEN[$i]}"
+    case "${RESULTS[$i]}" in PASS|SKIP*) ;; *) [ "${NAMES[$i]}" = configure ] || failed=1 ;; esac
+done
+exit $failed

@@ -1,0 +1,143 @@
+// cuda_bench: times the cuda backend through the public C API at the Qwen3.5-27B shape
+// (Sk = Sv = 128, Hk = 16, Hv = 48, B = 1, q/k/v views into the packed conv buffer, F32).
+// Per T: median over timed calls (CUDA events around each call, at least 0.3 s and 5 calls) of
+// the forward (out and final state) and the backward (every gradient).
+//
+//   cuda_bench [T ...]        default: 1 512 4096
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "gdn/gdn.h"
+
+namespace {
+
+constexpr int Sk = 128, Sv = 128, Hk = 16, Hv = 48, B = 1;
+constexpr int64_t conv_dim = 2 * Hk * Sk + Hv * Sv;
+
+void check(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "cuda_bench: %s: %s\n", what, cudaGetErrorString(e));
+        std::exit(2);
+    }
+}
+
+float *device_random(size_t count, float lo, float hi, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> host(count);
+    for (float &x : host) x = u(rng);
+    float *d = nullptr;
+    check(cudaMalloc(reinterpret_cast<void **>(&d), count * sizeof(float)), "cudaMalloc");
+    check(cudaMemcpy(d, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return d;
+}
+
+gdn_tensor tensor(float *data, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, int64_t row_stride, int64_t token_stride) {
+    gdn_tensor t{};
+    t.data = data;
+    t.type = GDN_TYPE_F32;
+    t.ne[0] = ne0, t.ne[1] = ne1, t.ne[2] = ne2, t.ne[3] = ne3;
+    t.nb[0] = 4, t.nb[1] = 4 * row_stride, t.nb[2] = 4 * token_stride, t.nb[3] = 4 * token_stride * ne2;
+    return t;
+}
+
+template <class Fn>
+double median_ms(Fn &&call) {
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    for (int i = 0; i < 3; ++i) call();  // warm-up: workspace, caches, clocks
+    check(cudaDeviceSynchronize(), "warm-up");
+    std::vector<double> times;
+    double total = 0;
+    while ((total < 300.0 || times.size() < 5) && times.size() < 2000) {
+        check(cudaEventRecord(start), "cudaEventRecord");
+        call();
+        check(cudaEventRecord(stop), "cudaEventRecord");
+        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        times.push_back(ms);
+        total += ms;
+    }
+    std::sort(times.begin(), times.end());
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    std::vector<int64_t> Ts;
+    for (int i = 1; i < argc; ++i) Ts.push_back(std::atoll(argv[i]));
+    if (Ts.empty()) Ts = {1, 512, 4096};
+    gdn_context *ctx = nullptr;
+    if (gdn_context_create("cuda", nullptr, &ctx) != GDN_OK) {
+        std::fprintf(stderr, "cuda_bench: %s\n", gdn_last_create_error());
+        return 2;
+    }
+    std::printf("%-6s %-6s %12s %12s %14s %16s\n", "op", "T", "median_ms", "tokens/s", "GFLOP/s", "workspace_bytes");
+    int failures = 0;
+    for (int64_t T : Ts) {
+        float *qkv = device_random(static_cast<size_t>(conv_dim * T * B), -0.1f, 0.1f, 1);
+        float *g = device_random(static_cast<size_t>(Hv * T * B), -0.3f, -0.02f, 2);
+        float *beta = device_random(static_cast<size_t>(Hv * T * B), 0.0f, 1.0f, 3);
+        float *s0 = device_random(static_cast<size_t>(Sk) * Sv * Hv * B, -0.5f, 0.5f, 4);
+        float *out = device_random(static_cast<size_t>(Sv) * Hv * T * B, 0, 0, 5);
+        float *state = device_random(static_cast<size_t>(Sk) * Sv * Hv * B, 0, 0, 6);
+        float *d_out = device_random(static_cast<size_t>(Sv) * Hv * T * B, -1, 1, 7);
+        float *grad_qk = device_random(static_cast<size_t>(2) * Sk * Hk * T * B, 0, 0, 8);
+        float *grad_v = device_random(static_cast<size_t>(Sv) * Hv * T * B, 0, 0, 9);
+        float *grad_gb = device_random(static_cast<size_t>(2) * Hv * T * B, 0, 0, 10);
+        float *grad_s0 = device_random(static_cast<size_t>(Sk) * Sv * Hv * B, 0, 0, 11);
+
+        gdn_problem p{};
+        p.q = tensor(qkv, Sk, Hk, T, B, Sk, conv_dim);
+        p.k = tensor(qkv + Hk * Sk, Sk, Hk, T, B, Sk, conv_dim);
+        p.v = tensor(qkv + 2 * Hk * Sk, Sv, Hv, T, B, Sv, conv_dim);
+        p.g = tensor(g, 1, Hv, T, B, 1, Hv);
+        p.beta = tensor(beta, 1, Hv, T, B, 1, Hv);
+        p.state = tensor(s0, Sk, Sv, Hv, B, Sk, Sk * Sv);
+        p.state.nb[3] = 4LL * Sk * Sv * Hv;
+        const gdn_tensor o = tensor(out, Sv, Hv, T, B, Sv, Sv * Hv);
+        gdn_tensor st = tensor(state, Sk, Sv, Hv, B, Sk, Sk * Sv);
+        st.nb[3] = 4LL * Sk * Sv * Hv;
+        const gdn_tensor dO = tensor(d_out, Sv, Hv, T, B, Sv, Sv * Hv);
+        gdn_grads grads{};
+        grads.q = tensor(grad_qk, Sk, Hk, T, B, Sk, Sk * Hk);
+        grads.k = tensor(grad_qk + Sk * Hk * T * B, Sk, Hk, T, B, Sk, Sk * Hk);
+        grads.v = tensor(grad_v, Sv, Hv, T, B, Sv, Sv * Hv);
+        grads.g = tensor(grad_gb, 1, Hv, T, B, 1, Hv);
+        grads.beta = tensor(grad_gb + Hv * T * B, 1, Hv, T, B, 1, Hv);
+        grads.state = tensor(grad_s0, Sk, Sv, Hv, B, Sk, Sk * Sv);
+        grads.state.nb[3] = 4LL * Sk * Sv * Hv;
+
+        gdn_status status = GDN_OK;
+        const double fwd = median_ms([&] { status = status != GDN_OK ? status : gdn_forward(ctx, &p, &o, &st); });
+        const uint64_t fwd_ws = gdn_context_workspace_bytes(ctx);
+        if (status != GDN_OK) std::fprintf(stderr, "forward T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx));
+        failures += status != GDN_OK;
+        status = GDN_OK;
+        const double bwd = median_ms([&] { status = status != GDN_OK ? status : gdn_backward(ctx, &p, &dO, nullptr, &grads); });
+        const uint64_t bwd_ws = gdn_context_workspace_bytes(ctx);
+        if (status != GDN_OK) std::fprintf(stderr, "backward T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx));
+        failures += status != GDN_OK;
+        check(cudaDeviceSynchronize(), "after the timed calls");
+
+        const double per_token = double(Hv) * B * Sk * Sv;  // SPEC section 8: 8 and 24 flops per state entry
+        std::printf("%-6s %-6lld %12.4f %12.4g %14.1f %16llu\n", "fwd", static_cast<long long>(T), fwd, T * B / (fwd * 1e-3),
+                    8 * per_token * T / (fwd * 1e6), static_cast<unsigned long long>(fwd_ws));
+        std::printf("%-6s %-6lld %12.4f %12.4g %14.1f %16llu\n", "bwd", static_cast<long long>(T), bwd, T * B / (bwd * 1e-3),
+                    24 * per_token * T / (bwd * 1e6), static_cast<unsigned long long>(bwd_ws));
+        for (float *ptr : {qkv, g, beta, s0, out, state, d_out, grad_qk, grad_v, grad_gb, grad_s0}) cudaFree(ptr);
+    }
+    gdn_context_free(ctx);
+    return failures == 0 ? 0 : 1;
+}
