@@ -87,10 +87,10 @@ echo "== timings (cuda_bench, 27B shape, B = 1; targets at T = 4096: fwd < 0.35 
 [ -f "$LOG/bench-27b.log" ] && grep -E '^(op|fwd|bwd) ' "$LOG/bench-27b.log"
 echo
 echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1), sm_$ARCH; logs in $LOG)"
-printf '%-20s %-22s %8s\n' step result seconds
+printf '%-20s %-46s %8s\n' step result seconds
 failed=0
 for i in "${!NAMES[@]}"; do
-    printf '%-20s %-22s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${SECONDS_TAKEN[$i]}"
+    printf '%-20s %-46s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${SECONDS_TAKEN[$i]}"
     case "${RESULTS[$i]}" in PASS|SKIP*) ;; *) [ "${NAMES[$i]}" = configure ] || failed=1 ;; esac
 done
 exit $failed
