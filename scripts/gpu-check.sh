@@ -67,7 +67,7 @@ if [ -x "$TESTS" ]; then run unit-tests 120 "$TESTS" --gtest_brief=1; else skip 
 if [ -n "$OPS" ]; then
     run ops-test 120 "$OPS" test -b CUDA0
     run ops-grad 120 "$OPS" grad -b CUDA0
-    run ops-perf 120 "$OPS" perf -b CUDA0 --preset qwen3.5-27b -p 'T=(1|512|4096),'
+    run ops-perf 150 "$OPS" perf -b CUDA0 -p 'Hv=48,T=(1|512|4096),.*gate=scalar' --min-time 0.5
 else
     skip ops-test "gdn-ops not built"; skip ops-grad "gdn-ops not built"; skip ops-perf "gdn-ops not built"
 fi
