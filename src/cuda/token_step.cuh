@@ -4,6 +4,8 @@
 // zero and add exact zeros to the warp sums (NaN and Inf in real rows never reach them).
 #pragma once
 
+#include <cmath>
+
 #include "cuda/device_views.h"
 #include "cuda/warp_ops.cuh"
 
