@@ -5,21 +5,27 @@
 namespace gdn::cuda {
 namespace {
 
-template <int R>
+template <int V>
 cudaError_t launch(const ForwardViews &w, const Sizes &n, cudaStream_t stream) {
-    const ForwardGrid g = token_forward_grid(n);
-    token_forward_kernel<R><<<dim3(g.x, g.y, g.z), g.threads, 0, stream>>>(w, n);
+    const ForwardGrid g = token_forward_grid<V>(n);
+    if (g.shared_bytes > 48 * 1024) {
+        const cudaError_t e = cudaFuncSetAttribute(token_forward_kernel<V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(g.shared_bytes));
+        if (e != cudaSuccess) return e;
+    }
+    token_forward_kernel<V><<<dim3(g.x, g.y, g.z), g.threads, g.shared_bytes, stream>>>(w, n);
     return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_token_forward(const ForwardViews &w, const Sizes &n, cudaStream_t stream) {
-    switch (rows_per_lane(n.Sk)) {
+    switch (forward_groups(n.Sk)) {
         case 1: return launch<1>(w, n, stream);
         case 2: return launch<2>(w, n, stream);
         case 4: return launch<4>(w, n, stream);
-        default: return launch<8>(w, n, stream);
+        case 8: return launch<8>(w, n, stream);
+        default: return launch<16>(w, n, stream);
     }
 }
 

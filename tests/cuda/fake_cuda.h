@@ -23,6 +23,10 @@
 #define __launch_bounds__(...)
 #define __shared__
 
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
 namespace fake_cuda {
 
 struct Index3 {
