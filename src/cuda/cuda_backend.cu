@@ -98,8 +98,11 @@ cuda::Sizes sizes_of(const Dims &d) {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(int device, cudaStream_t stream, bool stream_ordered)
-        : device_(device), stream_(stream), workspace_(std::make_unique<cuda::DeviceWorkspace>(stream, stream_ordered)) {}
+    CudaBackend(int device, cudaStream_t stream, bool stream_ordered, size_t shared_limit)
+        : device_(device),
+          stream_(stream),
+          shared_limit_(shared_limit),
+          workspace_(std::make_unique<cuda::DeviceWorkspace>(stream, stream_ordered)) {}
 
     ~CudaBackend() override {
         DeviceScope scope;
@@ -161,7 +164,7 @@ public:
         GDN_TRY(view_of("grads.beta", a.dbeta, device_, w.dbeta));
         GDN_TRY(view_of("grads.state", a.ds0, device_, w.ds0));
         const cuda::Sizes n = sizes_of(a.dims);
-        const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n);
+        const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n, shared_limit_);
         GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
         GDN_CUDA_TRY(cuda::launch_token_backward(w, n, plan, workspace_->data(), stream_), "launching the per-token backward");
         last_workspace_ = plan.bytes;
@@ -175,6 +178,7 @@ private:
 
     int device_;
     cudaStream_t stream_;
+    size_t shared_limit_;  // the most dynamic shared memory a block may opt in to on this device
     std::unique_ptr<cuda::DeviceWorkspace> workspace_;
     uint64_t last_workspace_ = 0;  // bytes the last successful call needed
 };
@@ -193,7 +197,11 @@ Status make_cuda_backend(const gdn_context_params &params, std::unique_ptr<Backe
         return fail(GDN_ERROR_BACKEND, "cuda: device %d does not exist (this machine has %d CUDA device(s))", params.device, count);
     int pools = 0;
     GDN_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, params.device), "cudaDeviceGetAttribute");
-    out = std::make_unique<CudaBackend>(params.device, static_cast<cudaStream_t>(params.stream), pools != 0);
+    int shared_limit = 0;
+    GDN_CUDA_TRY(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device),
+                 "cudaDeviceGetAttribute");
+    out = std::make_unique<CudaBackend>(params.device, static_cast<cudaStream_t>(params.stream), pools != 0,
+                                        static_cast<size_t>(shared_limit));
     return {};
 }
 

@@ -18,7 +18,8 @@ cudaError_t launch_token_forward(const ForwardViews &views, const Sizes &sizes, 
 
 // Per-token backward (token_backward.cu): a replayed forward with checkpoints, then the tokens
 // in reverse, then a fixed-order reduction of the per-column partial gradients.
-TokenBackwardPlan plan_token_backward(const Sizes &sizes);
+// shared_limit: the device's largest dynamic shared memory per block (opt-in).
+TokenBackwardPlan plan_token_backward(const Sizes &sizes, size_t shared_limit);
 cudaError_t launch_token_backward(const BackwardViews &views, const Sizes &sizes, const TokenBackwardPlan &plan,
                                   void *workspace, cudaStream_t stream);
 

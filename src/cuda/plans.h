@@ -11,15 +11,19 @@ namespace gdn::cuda {
 // floats per warp, at most 8 per lane).
 constexpr int kMaxHeadSize = 256;
 
-// The per-token backward's workspace: checkpoints, the replay buffer of one segment, and the
-// per-column-slice partial gradient rows.
+// The per-token backward's work: checkpoints every `segment` tokens (workspace), inside a
+// segment sub-checkpoints every `sub_segment` tokens (workspace), and inside a sub-segment the
+// replayed states in shared memory; plus the per-column-slice partial gradient rows.
 struct TokenBackwardPlan {
     int64_t segment = 1;        // tokens between checkpoints
     int64_t segments = 1;       // ceil(T / segment)
+    int64_t sub_segment = 1;    // tokens between sub-checkpoints: the states one block replays into shared memory
+    int64_t sub_segments = 1;   // ceil(segment / sub_segment)
     int slices = 1;             // column slices per (sequence, value head): blocks per unit
     int64_t partial_width = 0;  // floats per token in the partial rows: dq | dk | dg | dbeta
+    size_t shared_bytes = 0;    // dynamic shared memory of the column kernel
     // Byte offsets inside the workspace and its total size (SIZE_MAX: too large to allocate).
-    size_t checkpoints_offset = 0, replay_offset = 0, partials_offset = 0, bytes = 0;
+    size_t checkpoints_offset = 0, sub_checkpoints_offset = 0, partials_offset = 0, bytes = 0;
 };
 
 }  // namespace gdn::cuda

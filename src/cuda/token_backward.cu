@@ -4,14 +4,14 @@
 
 namespace gdn::cuda {
 
-TokenBackwardPlan plan_token_backward(const Sizes &n) { return make_token_backward_plan(n); }
+TokenBackwardPlan plan_token_backward(const Sizes &n, size_t shared_limit) { return make_token_backward_plan(n, shared_limit); }
 
 namespace {
 
 template <int R>
 cudaError_t launch_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, const BackwardWorkspace &ws,
                             cudaStream_t stream) {
-    const size_t shared = backward_shared_bytes<R>(n);
+    const size_t shared = plan.shared_bytes;
     if (shared > 48 * 1024) {
         const cudaError_t e = cudaFuncSetAttribute(token_backward_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(shared));

@@ -9,11 +9,17 @@
 // the workspace; a second kernel sums the rows of every slice and every unit that reads a
 // key head, in a fixed order. No atomics: the same bits on every run.
 //
-// S_{t-1} is needed in reverse order. It is never recovered by dividing by exp(g) (overflow):
-// a first pass stores the state every `segment` tokens (checkpoints); then, segment by
-// segment in reverse, the block replays the segment forward, storing each S_{t-1} column, and
-// walks it backwards. Every thread reads back only what it wrote itself, so the workspace
-// needs no barrier. Memory per unit: (T/segment + segment) * Sk * Sv floats.
+// S_{t-1} is needed in reverse order. It is never recovered by dividing by exp(g) (overflow);
+// it is replayed from stored states, on three levels so that the replayed states themselves
+// stay in shared memory:
+//   pass 1      the forward over all T, storing the state every `segment` tokens (checkpoints);
+//   per segment (in reverse): the forward from its checkpoint, storing the state every
+//               `sub_segment` tokens (sub-checkpoints);
+//   per sub-segment (in reverse): the forward from its sub-checkpoint, storing each S_{t-1}
+//               column in shared memory, then the walk backwards over those tokens.
+// Every thread reads back only what it wrote itself (workspace and shared replay alike), so
+// the stored states need no barrier. Workspace per unit: (T/segment + segment/sub_segment)
+// Sk Sv floats.
 //
 // Device code plus the host-side plan, included by token_backward.cu (nvcc) and by the host
 // emulation test (tests/cuda/emulated_kernels_test.cpp), which runs the kernels on CPU threads.
@@ -56,9 +62,9 @@ inline int columns_per_block(int rows) {
 
 struct BackwardWorkspace {
     float *checkpoints;  // [unit][segment][Sv][Sk]: S before the first token of each segment
-    float *replay;       // [unit][token in segment][Sv][Sk]: S_{t-1} of the segment being walked
+    float *sub_checkpoints;  // [unit][sub-segment][Sv][Sk]: S before each sub-segment of the segment being walked
     float *partials;     // [slice][unit][T][partial_width]: dq | dk | dg | dbeta per token
-    int64_t segment, segments, partial_width;
+    int64_t segment, segments, sub_segment, sub_segments, partial_width;
 };
 
 // The column S[:, j] of a unit inside a [unit][rows][Sv][Sk] buffer.
@@ -73,6 +79,7 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
     extern __shared__ float shared[];
     float *vec_parts = shared;                            // [3][kWarps][Sk]: dq, dk, dg parts per warp
     float *scalar_parts = shared + 3 * kWarps * n.Sk;     // [2][kWarps]: dbeta, scalar dg
+    float *replay = scalar_parts + 2 * kWarps;            // [sub_segment][kWarps * kColumns][Sk]: S_{t-1}
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int slice = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -116,7 +123,10 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
     for (int64_t seg = ws.segments - 1; seg >= 0; --seg) {
         const int64_t t0 = seg * ws.segment, t1 = t0 + ws.segment < n.T ? t0 + ws.segment : n.T;
 
-        // Replay: store S_{t-1} for t in [t0, t1); s ends as S_{t1-1}.
+        // The segment forward from its checkpoint: sub-checkpoints.
+#pragma unroll
+        for (int c = 0; c < kColumns; ++c)
+            if (column_in[c]) load_packed<R>(packed_column(ws.checkpoints, unit, ws.segments, seg, n, column[c]), n.Sk, lane, s[c]);
         for (int64_t t = t0; t < t1; ++t) {
             KeyRows<R> x;
             load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
@@ -124,104 +134,126 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
 #pragma unroll
             for (int c = 0; c < kColumns; ++c) {
                 if (!column_in[c]) continue;
-                if (t == t0) load_packed<R>(packed_column(ws.checkpoints, unit, ws.segments, seg, n, column[c]), n.Sk, lane, s[c]);
-                store_packed<R>(packed_column(ws.replay, unit, ws.segment, t - t0, n, column[c]), n.Sk, lane, s[c]);
+                if ((t - t0) % ws.sub_segment == 0)
+                    store_packed<R>(packed_column(ws.sub_checkpoints, unit, ws.sub_segments, (t - t0) / ws.sub_segment, n, column[c]),
+                                    n.Sk, lane, s[c]);
                 forward_column_step<R>(s[c], x, *w.v.at(column[c], h, t, b), beta, lane, n.Sk);
             }
         }
 
-        // Walk the segment backwards; s holds S_t on entry to token t.
-        for (int64_t t = t1 - 1; t >= t0; --t) {
-            KeyRows<R> x;
-            load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
-            const float beta = *w.beta.at(0, h, t, b);
-            const int64_t slot = n.T - 1 - t;
-            const bool slot_gradient = w.d_states.present() && slot < n.K;
+        for (int64_t sub = (t1 - t0 - 1) / ws.sub_segment; sub >= 0; --sub) {
+            const int64_t u0 = t0 + sub * ws.sub_segment, u1 = u0 + ws.sub_segment < t1 ? u0 + ws.sub_segment : t1;
 
-            float dq_part[R], dk_part[R], dg_part[R];
+            // Replay: S_{t-1} for t in [u0, u1) into shared memory; s ends as S_{u1-1}.
 #pragma unroll
-            for (int r = 0; r < R; ++r) dq_part[r] = dk_part[r] = dg_part[r] = 0.0f;
-            float dbeta_part = 0.0f;
-
+            for (int c = 0; c < kColumns; ++c)
+                if (column_in[c])
+                    load_packed<R>(packed_column(ws.sub_checkpoints, unit, ws.sub_segments, sub, n, column[c]), n.Sk, lane, s[c]);
+            for (int64_t t = u0; t < u1; ++t) {
+                KeyRows<R> x;
+                load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
+                const float beta = *w.beta.at(0, h, t, b);
 #pragma unroll
-            for (int c = 0; c < kColumns; ++c) {
-                if (!column_in[c]) continue;
-                const int j = column[c];
-                if (slot_gradient) {
-                    float extra[R];
-                    load_column<R>(w.d_states, n.Sk, j, h, slot * n.B + b, lane, extra);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) dS[c][r] += extra[r];
+                for (int c = 0; c < kColumns; ++c) {
+                    if (!column_in[c]) continue;
+                    store_packed<R>(replay + ((t - u0) * (kWarps * kColumns) + c * kWarps + warp) * n.Sk, n.Sk, lane, s[c]);
+                    forward_column_step<R>(s[c], x, *w.v.at(column[c], h, t, b), beta, lane, n.Sk);
                 }
-                // The output o_t = scale S_t^T q_t: dS_t += scale q dO_j, dq += scale S_t[:, j] dO_j.
-                const float out_weight = w.d_out.present() ? n.scale * *w.d_out.at(j, h, t, b) : 0.0f;
-                float prev[R], decayed[R];
-                load_packed<R>(packed_column(ws.replay, unit, ws.segment, t - t0, n, j), n.Sk, lane, prev);
-                float p = 0.0f, e = 0.0f;
+            }
+
+            // Walk the sub-segment backwards; s holds S_t on entry to token t.
+            for (int64_t t = u1 - 1; t >= u0; --t) {
+                KeyRows<R> x;
+                load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
+                const float beta = *w.beta.at(0, h, t, b);
+                const int64_t slot = n.T - 1 - t;
+                const bool slot_gradient = w.d_states.present() && slot < n.K;
+
+                float dq_part[R], dk_part[R], dg_part[R];
 #pragma unroll
-                for (int r = 0; r < R; ++r)
-                    if (row_in(lane, r, n.Sk)) {
-                        if (w.d_out.present()) {
-                            dS[c][r] += x.q[r] * out_weight;
-                            dq_part[r] += s[c][r] * out_weight;
+                for (int r = 0; r < R; ++r) dq_part[r] = dk_part[r] = dg_part[r] = 0.0f;
+                float dbeta_part = 0.0f;
+
+#pragma unroll
+                for (int c = 0; c < kColumns; ++c) {
+                    if (!column_in[c]) continue;
+                    const int j = column[c];
+                    if (slot_gradient) {
+                        float extra[R];
+                        load_column<R>(w.d_states, n.Sk, j, h, slot * n.B + b, lane, extra);
+#pragma unroll
+                        for (int r = 0; r < R; ++r) dS[c][r] += extra[r];
+                    }
+                    // The output o_t = scale S_t^T q_t: dS_t += scale q dO_j, dq += scale S_t[:, j] dO_j.
+                    const float out_weight = w.d_out.present() ? n.scale * *w.d_out.at(j, h, t, b) : 0.0f;
+                    float prev[R], decayed[R];
+                    load_packed<R>(replay + ((t - u0) * (kWarps * kColumns) + c * kWarps + warp) * n.Sk, n.Sk, lane, prev);
+                    float p = 0.0f, e = 0.0f;
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+                        if (row_in(lane, r, n.Sk)) {
+                            if (w.d_out.present()) {
+                                dS[c][r] += x.q[r] * out_weight;
+                                dq_part[r] += s[c][r] * out_weight;
+                            }
+                            decayed[r] = x.decay[r] * prev[r];  // S'_t = diag(a) S_{t-1}
+                            p += decayed[r] * x.k[r];
+                            e += dS[c][r] * x.k[r];
                         }
-                        decayed[r] = x.decay[r] * prev[r];  // S'_t = diag(a) S_{t-1}
-                        p += decayed[r] * x.k[r];
-                        e += dS[c][r] * x.k[r];
-                    }
-                p = warp_sum(p);
-                e = warp_sum(e);  // e_j = (dL/dS_t)^T k, the gradient of the delta d_j
-                const float v = *w.v.at(j, h, t, b);
-                const float residual = v - p;
-                const float d = beta * residual;
-                if (w.dv.present() && lane == 0) *w.dv.at(j, h, t, b) = beta * e;
-                dbeta_part += e * residual;
-                const float beta_e = beta * e;
+                    p = warp_sum(p);
+                    e = warp_sum(e);  // e_j = (dL/dS_t)^T k, the gradient of the delta d_j
+                    const float v = *w.v.at(j, h, t, b);
+                    const float residual = v - p;
+                    const float d = beta * residual;
+                    if (w.dv.present() && lane == 0) *w.dv.at(j, h, t, b) = beta * e;
+                    dbeta_part += e * residual;
+                    const float beta_e = beta * e;
 #pragma unroll
-                for (int r = 0; r < R; ++r)
-                    if (row_in(lane, r, n.Sk)) {
-                        dk_part[r] += dS[c][r] * d - decayed[r] * beta_e;
-                        const float d_decayed = dS[c][r] - x.k[r] * beta_e;  // dL/dS'_t
-                        dg_part[r] += d_decayed * decayed[r];
-                        dS[c][r] = x.decay[r] * d_decayed;  // dL/dS_{t-1}
-                        s[c][r] = prev[r];
-                    }
-            }
-
-            // Sum the warps' parts in a fixed order and write this block's partial row.
-            float dg_scalar = 0.0f;
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (!row_in(lane, r, n.Sk)) continue;
-                const int i = lane + 32 * r;
-                vec_parts[(0 * kWarps + warp) * n.Sk + i] = dq_part[r];
-                vec_parts[(1 * kWarps + warp) * n.Sk + i] = dk_part[r];
-                vec_parts[(2 * kWarps + warp) * n.Sk + i] = dg_part[r];
-                dg_scalar += dg_part[r];
-            }
-            dg_scalar = warp_sum(dg_scalar);
-            if (lane == 0) {
-                scalar_parts[warp] = dbeta_part;
-                scalar_parts[kWarps + warp] = dg_scalar;
-            }
-            __syncthreads();
-            float *row = ws.partials + ((static_cast<int64_t>(slice) * n.B * n.Hv + unit) * n.T + t) * ws.partial_width;
-            for (int idx = threadIdx.x; idx < ws.partial_width; idx += blockDim.x) {
-                float sum = 0.0f;
-                if (idx < 2 * n.Sk) {
-                    const int vec = idx / n.Sk, i = idx % n.Sk;
-                    for (int k = 0; k < kWarps; ++k) sum += vec_parts[(vec * kWarps + k) * n.Sk + i];
-                } else if (idx < 2 * n.Sk + n.gate_width) {
-                    if (per_channel)
-                        for (int k = 0; k < kWarps; ++k) sum += vec_parts[(2 * kWarps + k) * n.Sk + (idx - 2 * n.Sk)];
-                    else
-                        for (int k = 0; k < kWarps; ++k) sum += scalar_parts[kWarps + k];
-                } else {
-                    for (int k = 0; k < kWarps; ++k) sum += scalar_parts[k];
+                    for (int r = 0; r < R; ++r)
+                        if (row_in(lane, r, n.Sk)) {
+                            dk_part[r] += dS[c][r] * d - decayed[r] * beta_e;
+                            const float d_decayed = dS[c][r] - x.k[r] * beta_e;  // dL/dS'_t
+                            dg_part[r] += d_decayed * decayed[r];
+                            dS[c][r] = x.decay[r] * d_decayed;  // dL/dS_{t-1}
+                            s[c][r] = prev[r];
+                        }
                 }
-                row[idx] = sum;
+
+                // Sum the warps' parts in a fixed order and write this block's partial row.
+                float dg_scalar = 0.0f;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (!row_in(lane, r, n.Sk)) continue;
+                    const int i = lane + 32 * r;
+                    vec_parts[(0 * kWarps + warp) * n.Sk + i] = dq_part[r];
+                    vec_parts[(1 * kWarps + warp) * n.Sk + i] = dk_part[r];
+                    vec_parts[(2 * kWarps + warp) * n.Sk + i] = dg_part[r];
+                    dg_scalar += dg_part[r];
+                }
+                dg_scalar = warp_sum(dg_scalar);
+                if (lane == 0) {
+                    scalar_parts[warp] = dbeta_part;
+                    scalar_parts[kWarps + warp] = dg_scalar;
+                }
+                __syncthreads();
+                float *row = ws.partials + ((static_cast<int64_t>(slice) * n.B * n.Hv + unit) * n.T + t) * ws.partial_width;
+                for (int idx = threadIdx.x; idx < ws.partial_width; idx += blockDim.x) {
+                    float sum = 0.0f;
+                    if (idx < 2 * n.Sk) {
+                        const int vec = idx / n.Sk, i = idx % n.Sk;
+                        for (int k = 0; k < kWarps; ++k) sum += vec_parts[(vec * kWarps + k) * n.Sk + i];
+                    } else if (idx < 2 * n.Sk + n.gate_width) {
+                        if (per_channel)
+                            for (int k = 0; k < kWarps; ++k) sum += vec_parts[(2 * kWarps + k) * n.Sk + (idx - 2 * n.Sk)];
+                        else
+                            for (int k = 0; k < kWarps; ++k) sum += scalar_parts[kWarps + k];
+                    } else {
+                        for (int k = 0; k < kWarps; ++k) sum += scalar_parts[k];
+                    }
+                    row[idx] = sum;
+                }
+                __syncthreads();  // the parts are rewritten by the next token
             }
-            __syncthreads();  // the parts are rewritten by the next token
         }
     }
 
@@ -288,26 +320,38 @@ __global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, BackwardWorks
 
 inline size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-inline TokenBackwardPlan make_token_backward_plan(const Sizes &n) {
+inline int backward_warps(int rows) { return rows == 8 ? BackwardShape<8>::warps : BackwardShape<1>::warps; }
+static_assert(BackwardShape<1>::warps == BackwardShape<2>::warps && BackwardShape<2>::warps == BackwardShape<4>::warps,
+              "backward_warps assumes one block size for R <= 4");
+
+// `shared_limit`: the most dynamic shared memory one block may use on this device.
+inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit) {
     TokenBackwardPlan plan;
-    // sqrt(T) balances checkpoints (T/segment) against the replay buffer (segment); capped so
-    // that the replay buffer stays small for very long sequences.
+    // sqrt(T) balances checkpoints (T/segment) against sub-checkpoints; capped for long inputs.
     plan.segment = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n.T)))), 1, 128);
     plan.segments = (n.T + plan.segment - 1) / plan.segment;
-    plan.slices = (n.Sv + columns_per_block(rows_per_lane(n.Sk)) - 1) / columns_per_block(rows_per_lane(n.Sk));
+    const int rows = rows_per_lane(n.Sk), warps = backward_warps(rows), columns = columns_per_block(rows);
+    plan.slices = (n.Sv + columns - 1) / columns;
     plan.partial_width = 2 * static_cast<int64_t>(n.Sk) + n.gate_width + 1;
+    // Shared memory: the reduction parts, then as many replayed states as fit (at least one).
+    const size_t parts = sizeof(float) * (3 * static_cast<size_t>(warps) * n.Sk + 2 * warps);
+    const size_t per_token = sizeof(float) * static_cast<size_t>(columns) * n.Sk;
+    const int64_t fit = shared_limit > parts ? static_cast<int64_t>((shared_limit - parts) / per_token) : 1;
+    plan.sub_segment = std::clamp<int64_t>(fit, 1, plan.segment);
+    plan.sub_segments = (plan.segment + plan.sub_segment - 1) / plan.sub_segment;
+    plan.shared_bytes = parts + per_token * static_cast<size_t>(plan.sub_segment);
     // Sizes in double first: a product past 2^62 bytes cannot be allocated and must not wrap.
     const double units = static_cast<double>(n.B) * n.Hv, area = static_cast<double>(n.Sk) * n.Sv;
     const double checkpoints = 4.0 * units * static_cast<double>(plan.segments) * area;
-    const double replay = 4.0 * units * static_cast<double>(plan.segment) * area;
+    const double sub_checkpoints = 4.0 * units * static_cast<double>(plan.sub_segments) * area;
     const double partials = 4.0 * plan.slices * units * static_cast<double>(n.T) * static_cast<double>(plan.partial_width);
-    if (checkpoints + replay + partials > 0x1p62) {
+    if (checkpoints + sub_checkpoints + partials > 0x1p62) {
         plan.bytes = SIZE_MAX;
         return plan;
     }
     plan.checkpoints_offset = 0;
-    plan.replay_offset = align_up(static_cast<size_t>(checkpoints));
-    plan.partials_offset = plan.replay_offset + align_up(static_cast<size_t>(replay));
+    plan.sub_checkpoints_offset = align_up(static_cast<size_t>(checkpoints));
+    plan.partials_offset = plan.sub_checkpoints_offset + align_up(static_cast<size_t>(sub_checkpoints));
     plan.bytes = plan.partials_offset + align_up(static_cast<size_t>(partials));
     return plan;
 }
@@ -315,16 +359,18 @@ inline TokenBackwardPlan make_token_backward_plan(const Sizes &n) {
 // The workspace regions of a plan inside the buffer at `base`.
 inline BackwardWorkspace workspace_of(const TokenBackwardPlan &plan, void *base) {
     char *p = static_cast<char *>(base);
-    return {reinterpret_cast<float *>(p + plan.checkpoints_offset), reinterpret_cast<float *>(p + plan.replay_offset),
-            reinterpret_cast<float *>(p + plan.partials_offset), plan.segment, plan.segments, plan.partial_width};
+    return {reinterpret_cast<float *>(p + plan.checkpoints_offset),
+            reinterpret_cast<float *>(p + plan.sub_checkpoints_offset),
+            reinterpret_cast<float *>(p + plan.partials_offset),
+            plan.segment,
+            plan.segments,
+            plan.sub_segment,
+            plan.sub_segments,
+            plan.partial_width};
 }
 
-// Launch shapes: the column kernel's blocks are (slices, value heads, sequences); the
-// reductions are grid-stride loops over their outputs.
-template <int R>
-inline size_t backward_shared_bytes(const Sizes &n) {
-    return sizeof(float) * (3 * BackwardShape<R>::warps * n.Sk + 2 * BackwardShape<R>::warps);
-}
+// Launch shapes: the column kernel's blocks are (slices, value heads, sequences), with
+// plan.shared_bytes of dynamic shared memory; the reductions are grid-stride loops.
 inline int64_t key_grad_count(const Sizes &n) { return static_cast<int64_t>(n.Bq) * n.Hk * n.T * n.Sk; }
 inline int64_t gate_grad_count(const Sizes &n) { return static_cast<int64_t>(n.B) * n.Hv * n.T * (n.gate_width + 1); }
 inline int reduce_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 65536)); }

@@ -133,13 +133,15 @@ void emulate_forward_any(const ForwardViews &w, const Sizes &n) {
 
 template <int R>
 void emulate_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, const BackwardWorkspace &ws) {
-    ASSERT_LE(backward_shared_bytes<R>(n), sizeof(gdn::cuda::shared));
+    ASSERT_LE(plan.shared_bytes, sizeof(gdn::cuda::shared));
     fake_cuda::launch({unsigned(plan.slices), unsigned(n.Hv), unsigned(n.B)}, BackwardShape<R>::warps * 32,
                       [&] { token_backward_kernel<R>(w, n, ws); });
 }
 
 void emulate_backward_any(const BackwardViews &w, const Sizes &n, std::vector<float> &workspace) {
-    const TokenBackwardPlan plan = make_token_backward_plan(n);
+    // Small shared-memory budgets so that segments split into sub-segments: one token each at
+    // 16 KiB; at Sk > 128, 60 KiB gives two tokens each, the last sub-segment shorter.
+    const TokenBackwardPlan plan = make_token_backward_plan(n, (n.Sk > 128 ? 60 : 16) * 1024);
     workspace.assign(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
     const BackwardWorkspace ws = workspace_of(plan, workspace.data());
     switch (rows_per_lane(n.Sk)) {
