@@ -47,6 +47,10 @@ struct Sizes {
 struct ForwardViews {
     View q, k, v, g, beta, s0;   // inputs; s0 absent = zero initial state
     View out, states;            // outputs; absent = not wanted
+    // The backward's pass over the forward: the state before every `checkpoint_every`-th token,
+    // packed as [unit = b*Hv + h][t / checkpoint_every][Sv][Sk]; nullptr = not wanted.
+    float *checkpoints = nullptr;
+    int64_t checkpoint_every = 1, checkpoint_count = 0;
 };
 
 // The backward's tensors.

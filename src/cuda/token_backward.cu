@@ -27,7 +27,8 @@ cudaError_t launch_backward(const BackwardViews &w, const Sizes &n, const TokenB
 cudaError_t launch_token_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, void *workspace,
                                   cudaStream_t stream) {
     const BackwardWorkspace ws = workspace_of(plan, workspace);
-    cudaError_t e;
+    cudaError_t e = launch_token_forward(checkpoint_views(w, ws), n, stream);
+    if (e != cudaSuccess) return e;
     switch (rows_per_lane(n.Sk)) {
         case 1: e = launch_backward<1>(w, n, plan, ws, stream); break;
         case 2: e = launch_backward<2>(w, n, plan, ws, stream); break;

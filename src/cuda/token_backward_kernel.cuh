@@ -12,7 +12,8 @@
 // S_{t-1} is needed in reverse order. It is never recovered by dividing by exp(g) (overflow);
 // it is replayed from stored states, on three levels so that the replayed states themselves
 // stay in shared memory:
-//   pass 1      the forward over all T, storing the state every `segment` tokens (checkpoints);
+//   first       the forward kernel over all T stores the state every `segment` tokens
+//               (checkpoints; token_forward_kernel.cuh, launched before this kernel);
 //   per segment (in reverse): the forward from its checkpoint, storing the state every
 //               `sub_segment` tokens (sub-checkpoints);
 //   per sub-segment (in reverse): the forward from its sub-checkpoint, storing each S_{t-1}
@@ -95,27 +96,9 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
         column_in[c] = column[c] < n.Sv;
     }
 
-    float s[kColumns][R];  // S[:, j]: the state at the current position
+    float s[kColumns][R];   // S[:, j]: the state at the current position
     float dS[kColumns][R];  // D[:, j]: dL/dS at the current position
-
-    // Pass 1: checkpoints.
-#pragma unroll
-    for (int c = 0; c < kColumns; ++c)
-        if (column_in[c]) load_column<R>(w.s0, n.Sk, column[c], h, b, lane, s[c]);
-    for (int64_t t = 0; t < n.T; ++t) {
-        KeyRows<R> x;
-        load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
-        const float beta = *w.beta.at(0, h, t, b);
-#pragma unroll
-        for (int c = 0; c < kColumns; ++c) {
-            if (!column_in[c]) continue;
-            if (t % ws.segment == 0)
-                store_packed<R>(packed_column(ws.checkpoints, unit, ws.segments, t / ws.segment, n, column[c]), n.Sk, lane, s[c]);
-            forward_column_step<R>(s[c], x, *w.v.at(column[c], h, t, b), beta, lane, n.Sk);
-        }
-    }
-
-    // Pass 2: segments in reverse.
+    // Segments in reverse (the checkpoints come from the forward kernel, run first).
 #pragma unroll
     for (int c = 0; c < kColumns; ++c)
 #pragma unroll
@@ -374,6 +357,22 @@ inline BackwardWorkspace workspace_of(const TokenBackwardPlan &plan, void *base)
 inline int64_t key_grad_count(const Sizes &n) { return static_cast<int64_t>(n.Bq) * n.Hk * n.T * n.Sk; }
 inline int64_t gate_grad_count(const Sizes &n) { return static_cast<int64_t>(n.B) * n.Hv * n.T * (n.gate_width + 1); }
 inline int reduce_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 65536)); }
+
+}  // namespace
+}  // namespace gdn::cuda
+
+namespace gdn::cuda {
+namespace {
+
+// The forward kernel's views for the backward's checkpoint pass.
+inline ForwardViews checkpoint_views(const BackwardViews &w, const BackwardWorkspace &ws) {
+    ForwardViews f;
+    f.q = w.q, f.k = w.k, f.v = w.v, f.g = w.g, f.beta = w.beta, f.s0 = w.s0;
+    f.checkpoints = ws.checkpoints;
+    f.checkpoint_every = ws.segment;
+    f.checkpoint_count = ws.segments;
+    return f;
+}
 
 }  // namespace
 }  // namespace gdn::cuda

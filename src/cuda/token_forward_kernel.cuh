@@ -155,6 +155,18 @@ __global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(Forwa
             const float *k_row = buf + L.k(tt) + 4 * quad_lane;
             const float beta = buf[L.beta(tt)];
             const float v = buf[L.v(tt) + column];  // 0 for a column past Sv (never copied; zeroed)
+            if (column_in && w.checkpoints != nullptr && t % w.checkpoint_every == 0) {
+                float *dst = w.checkpoints +
+                             ((static_cast<int64_t>(b) * n.Hv + h) * w.checkpoint_count + t / w.checkpoint_every) * n.Sv * n.Sk +
+                             static_cast<int64_t>(j) * n.Sk;
+#pragma unroll
+                for (int u = 0; u < V; ++u)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 16 * u + 4 * quad_lane + e;
+                        if (i < n.Sk) dst[i] = s[4 * u + e];
+                    }
+            }
 
             // p = S'^T k with S' = diag(a) S. GDA: a is one number, p = a (S^T k).
             float p = 0.0f;

@@ -144,6 +144,7 @@ void emulate_backward_any(const BackwardViews &w, const Sizes &n, std::vector<fl
     const TokenBackwardPlan plan = make_token_backward_plan(n, (n.Sk > 128 ? 60 : 16) * 1024);
     workspace.assign(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
     const BackwardWorkspace ws = workspace_of(plan, workspace.data());
+    emulate_forward_any(checkpoint_views(w, ws), n);
     switch (rows_per_lane(n.Sk)) {
         case 1: emulate_backward<1>(w, n, plan, ws); break;
         case 2: emulate_backward<2>(w, n, plan, ws); break;
