@@ -96,6 +96,9 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
         column_in[c] = column[c] < n.Sv;
     }
 
+    // Column c of this warp at token offset r of the sub-segment, in the shared replay buffer.
+    auto replay_column = [&](int64_t r, int c) { return replay + (r * (kWarps * kColumns) + c * kWarps + warp) * n.Sk; };
+
     float s[kColumns][R];   // S[:, j]: the state at the current position
     float dS[kColumns][R];  // D[:, j]: dL/dS at the current position
     // Segments in reverse (the checkpoints come from the forward kernel, run first).
@@ -114,14 +117,15 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
             KeyRows<R> x;
             load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
             const float beta = *w.beta.at(0, h, t, b);
+            float v[kColumns];
 #pragma unroll
             for (int c = 0; c < kColumns; ++c) {
-                if (!column_in[c]) continue;
-                if ((t - t0) % ws.sub_segment == 0)
+                v[c] = column_in[c] ? *w.v.at(column[c], h, t, b) : 0.0f;
+                if (column_in[c] && (t - t0) % ws.sub_segment == 0)
                     store_packed<R>(packed_column(ws.sub_checkpoints, unit, ws.sub_segments, (t - t0) / ws.sub_segment, n, column[c]),
                                     n.Sk, lane, s[c]);
-                forward_column_step<R>(s[c], x, *w.v.at(column[c], h, t, b), beta, lane, n.Sk);
             }
+            forward_columns_step<R, kColumns>(s, x, v, beta, column_in, lane, n.Sk);
         }
 
         for (int64_t sub = (t1 - t0 - 1) / ws.sub_segment; sub >= 0; --sub) {
@@ -136,12 +140,13 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                 KeyRows<R> x;
                 load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
                 const float beta = *w.beta.at(0, h, t, b);
+                float v[kColumns];
 #pragma unroll
                 for (int c = 0; c < kColumns; ++c) {
-                    if (!column_in[c]) continue;
-                    store_packed<R>(replay + ((t - u0) * (kWarps * kColumns) + c * kWarps + warp) * n.Sk, n.Sk, lane, s[c]);
-                    forward_column_step<R>(s[c], x, *w.v.at(column[c], h, t, b), beta, lane, n.Sk);
+                    v[c] = column_in[c] ? *w.v.at(column[c], h, t, b) : 0.0f;
+                    if (column_in[c]) store_packed<R>(replay_column(t - u0, c), n.Sk, lane, s[c]);
                 }
+                forward_columns_step<R, kColumns>(s, x, v, beta, column_in, lane, n.Sk);
             }
 
             // Walk the sub-segment backwards; s holds S_t on entry to token t.
@@ -157,8 +162,12 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                 for (int r = 0; r < R; ++r) dq_part[r] = dk_part[r] = dg_part[r] = 0.0f;
                 float dbeta_part = 0.0f;
 
+                // Per column: the incoming gradients, then the partial sums p_j = S'_t[:, j] . k and
+                // e_j = (dL/dS_t)[:, j] . k, all 2 C of them finished in one warp_sums.
+                float pe[2 * kColumns];  // p for column c at c, e at kColumns + c
 #pragma unroll
                 for (int c = 0; c < kColumns; ++c) {
+                    pe[c] = pe[kColumns + c] = 0.0f;
                     if (!column_in[c]) continue;
                     const int j = column[c];
                     if (slot_gradient) {
@@ -169,9 +178,8 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                     }
                     // The output o_t = scale S_t^T q_t: dS_t += scale q dO_j, dq += scale S_t[:, j] dO_j.
                     const float out_weight = w.d_out.present() ? n.scale * *w.d_out.at(j, h, t, b) : 0.0f;
-                    float prev[R], decayed[R];
-                    load_packed<R>(replay + ((t - u0) * (kWarps * kColumns) + c * kWarps + warp) * n.Sk, n.Sk, lane, prev);
-                    float p = 0.0f, e = 0.0f;
+                    float prev[R];
+                    load_packed<R>(replay_column(t - u0, c), n.Sk, lane, prev);
 #pragma unroll
                     for (int r = 0; r < R; ++r)
                         if (row_in(lane, r, n.Sk)) {
@@ -179,24 +187,32 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                                 dS[c][r] += x.q[r] * out_weight;
                                 dq_part[r] += s[c][r] * out_weight;
                             }
-                            decayed[r] = x.decay[r] * prev[r];  // S'_t = diag(a) S_{t-1}
-                            p += decayed[r] * x.k[r];
-                            e += dS[c][r] * x.k[r];
+                            pe[c] += (x.decay[r] * prev[r]) * x.k[r];  // S'_t = diag(a) S_{t-1}
+                            pe[kColumns + c] += dS[c][r] * x.k[r];
                         }
-                    p = warp_sum(p);
-                    e = warp_sum(e);  // e_j = (dL/dS_t)^T k, the gradient of the delta d_j
+                }
+                warp_sums<2 * kColumns>(pe);
+
+#pragma unroll
+                for (int c = 0; c < kColumns; ++c) {
+                    if (!column_in[c]) continue;
+                    const int j = column[c];
+                    const float p = pe[c], e = pe[kColumns + c];  // e_j: the gradient of the delta d_j
                     const float v = *w.v.at(j, h, t, b);
                     const float residual = v - p;
                     const float d = beta * residual;
                     if (w.dv.present() && lane == 0) *w.dv.at(j, h, t, b) = beta * e;
                     dbeta_part += e * residual;
                     const float beta_e = beta * e;
+                    float prev[R];
+                    load_packed<R>(replay_column(t - u0, c), n.Sk, lane, prev);
 #pragma unroll
                     for (int r = 0; r < R; ++r)
                         if (row_in(lane, r, n.Sk)) {
-                            dk_part[r] += dS[c][r] * d - decayed[r] * beta_e;
+                            const float decayed = x.decay[r] * prev[r];  // S'_t
+                            dk_part[r] += dS[c][r] * d - decayed * beta_e;
                             const float d_decayed = dS[c][r] - x.k[r] * beta_e;  // dL/dS'_t
-                            dg_part[r] += d_decayed * decayed[r];
+                            dg_part[r] += d_decayed * decayed;
                             dS[c][r] = x.decay[r] * d_decayed;  // dL/dS_{t-1}
                             s[c][r] = prev[r];
                         }

@@ -101,3 +101,36 @@ __device__ __forceinline__ float column_dot(const float (&s)[R], const float (&w
 inline int rows_per_lane(int Sk) { return Sk <= 32 ? 1 : Sk <= 64 ? 2 : Sk <= 128 ? 4 : 8; }
 
 }  // namespace gdn::cuda
+
+namespace gdn::cuda {
+
+// forward_column_step for the C columns a warp owns (state s[c], value v[c]) at once, their C
+// sums p in one warp_sums. Columns with column_in[c] false are left alone (their lanes still
+// take part in the shuffles).
+template <int R, int C>
+__device__ __forceinline__ void forward_columns_step(float (&s)[C][R], const KeyRows<R> &x, const float (&v)[C], float beta,
+                                                     const bool (&column_in)[C], int lane, int Sk) {
+    float p[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        p[c] = 0.0f;
+        if (!column_in[c]) continue;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (row_in(lane, r, Sk)) {
+                s[c][r] *= x.decay[r];
+                p[c] += s[c][r] * x.k[r];
+            }
+    }
+    warp_sums<C>(p);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        if (!column_in[c]) continue;
+        const float d = beta * (v[c] - p[c]);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (row_in(lane, r, Sk)) s[c][r] += x.k[r] * d;
+    }
+}
+
+}  // namespace gdn::cuda

@@ -13,3 +13,47 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 }  // namespace gdn::cuda
+
+namespace gdn::cuda {
+
+// Reduce-scatter of N sums over the warp: at each level a lane keeps half of its values and
+// sends the other half to the lane `mask` apart, so N sums cost N-1 + log2(32/N) shuffles
+// instead of 5 N. On return the partial of sum c lives, complete, in lanes c * (32/N) ...
+template <int N>
+__device__ __forceinline__ float scatter_sum(const float (&part)[N], int lane, int mask) {
+    if constexpr (N == 1) {
+        float total = part[0];
+#pragma unroll
+        for (int m = mask; m >= 1; m >>= 1) total += __shfl_xor_sync(0xffffffffu, total, m);
+        return total;
+    } else {
+        constexpr int H = N / 2;
+        const bool upper = (lane & mask) != 0;
+        float next[H];
+#pragma unroll
+        for (int k = 0; k < H; ++k) {
+            const float keep = upper ? part[H + k] : part[k];
+            const float send = upper ? part[k] : part[H + k];
+            next[k] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+        }
+        return scatter_sum<H>(next, lane, mask >> 1);
+    }
+}
+
+// x[c] <- the sum of x[c] over the warp's 32 lanes, for N (a power of two <= 32) values at once.
+// Every lane gets the same bits: each sum is finished in one group of lanes (a butterfly,
+// identical across the group) and broadcast from one lane of it.
+template <int N>
+__device__ __forceinline__ void warp_sums(float (&x)[N]) {
+    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N must be a power of two up to 32");
+    const int lane = threadIdx.x % 32;
+    const float total = scatter_sum<N>(x, lane, 16);
+    if constexpr (N == 1) {
+        x[0] = total;
+    } else {
+#pragma unroll
+        for (int c = 0; c < N; ++c) x[c] = __shfl_sync(0xffffffffu, total, c * (32 / N));
+    }
+}
+
+}  // namespace gdn::cuda

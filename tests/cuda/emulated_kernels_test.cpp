@@ -222,11 +222,12 @@ const Shape kShapes[] = {
     {40, 24, 1, 2, 7, 2, 1, 3, true, true, true},      // KDA, grouped, Bq < B, snapshots
     {8, 70, 1, 1, 4, 1, 1, 6, false, false, false},    // two column slices / three column blocks, T < K, no s0
     {130, 8, 1, 1, 20, 1, 1, 1, true, false, true},    // largest register columns; 3 staged tiles; 4 segments
+    {96, 20, 2, 2, 6, 1, 1, 1, false, false, true},    // four rows per lane (the 27B head size's path)
 };
 // Forward only (the backward's emulation is slow at this length): several staged tiles of 16.
 const Shape kLongShape = {32, 40, 1, 2, 37, 1, 1, 2, false, false, true};
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Emulated, ::testing::Values(kShapes[0], kShapes[1], kShapes[2], kShapes[3], kLongShape));
+INSTANTIATE_TEST_SUITE_P(Shapes, Emulated, ::testing::Values(kShapes[0], kShapes[1], kShapes[2], kShapes[3], kShapes[4], kLongShape));
 INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedBackward, ::testing::ValuesIn(kShapes));
 
 }  // namespace

@@ -87,3 +87,14 @@ inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
     block.warps[warp]->arrive_and_wait();
     return other;
 }
+
+inline float __shfl_sync(unsigned, float value, int source_lane) {
+    auto &block = *::fake_cuda::current_block;
+    const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
+    float *slots = block.exchange.data() + warp * 32;
+    slots[lane] = value;
+    block.warps[warp]->arrive_and_wait();
+    const float other = slots[source_lane % 32];
+    block.warps[warp]->arrive_and_wait();
+    return other;
+}
