@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -57,7 +58,14 @@ struct Shape {
     int64_t T;
     int B, Bq, K;
     bool kda, grouped, s0;
+    bool extremes = false;  // g = -120 every third token, mixed-sign KDA gates, beta in {0, 1}
 };
+
+void PrintTo(const Shape &s, std::ostream *os) {
+    *os << "Sk=" << s.Sk << ",Sv=" << s.Sv << ",Hk=" << s.Hk << ",Hv=" << s.Hv << ",T=" << s.T << ",B=" << s.B << ",Bq=" << s.Bq
+        << ",K=" << s.K << (s.kda ? ",kda" : ",gda") << (s.grouped ? ",grouped" : ",tiled") << (s.s0 ? ",s0" : "")
+        << (s.extremes ? ",extremes" : "");
+}
 
 struct Inputs {
     Shape s;
@@ -95,6 +103,15 @@ Inputs make_inputs(const Shape &s, uint32_t seed) {
     for (float &x : in.v.data) x = unit(rng);
     for (float &x : in.g.data) x = gate(rng);
     for (float &x : in.beta.data) x = b01(rng);
+    if (s.extremes) {
+        std::uniform_real_distribution<float> mixed(-0.5f, 0.3f);
+        const int64_t gw = s.kda ? s.Sk : 1;
+        for (size_t i = 0; i < in.g.data.size(); ++i) {
+            const int64_t t = static_cast<int64_t>(i) / (gw * s.Hv) % s.T;  // g is [gw, Hv, T, B], contiguous
+            in.g.data[i] = t % 3 == 1 ? -120.0f : s.kda ? mixed(rng) : in.g.data[i];
+        }
+        for (size_t i = 0; i < in.beta.data.size(); ++i) in.beta.data[i] = static_cast<float>(i % 2);
+    }
     for (float &x : in.s0.data) x = 0.5f * unit(rng);
     return in;
 }
@@ -223,11 +240,13 @@ const Shape kShapes[] = {
     {8, 70, 1, 1, 4, 1, 1, 6, false, false, false},    // two column slices / three column blocks, T < K, no s0
     {130, 8, 1, 1, 20, 1, 1, 1, true, false, true},    // largest register columns; 3 staged tiles; 4 segments
     {96, 20, 2, 2, 6, 1, 1, 1, false, false, true},    // four rows per lane (the 27B head size's path)
+    {24, 16, 1, 1, 9, 1, 1, 2, true, false, true, true},   // gate spikes, mixed-sign KDA gates, beta 0 and 1
+    {24, 16, 1, 1, 9, 1, 1, 2, false, true, true, true},   // the same with a scalar gate
 };
 // Forward only (the backward's emulation is slow at this length): several staged tiles of 16.
 const Shape kLongShape = {32, 40, 1, 2, 37, 1, 1, 2, false, false, true};
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Emulated, ::testing::Values(kShapes[0], kShapes[1], kShapes[2], kShapes[3], kShapes[4], kLongShape));
+INSTANTIATE_TEST_SUITE_P(Shapes, Emulated, ::testing::Values(kShapes[0], kShapes[1], kShapes[2], kShapes[3], kShapes[4], kShapes[5], kShapes[6], kLongShape));
 INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedBackward, ::testing::ValuesIn(kShapes));
 
 }  // namespace
