@@ -169,37 +169,40 @@ __global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(Forwa
             }
 
             // p = S'^T k with S' = diag(a) S. GDA: a is one number, p = a (S^T k).
-            float p = 0.0f;
+            // Four partial sums per lane (one per float4 component) keep the dependent chains short.
+            float p4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             if (per_channel) {
                 const float *a_row = buf + L.gate(tt) + 4 * quad_lane;
 #pragma unroll
                 for (int u = 0; u < V; ++u) {
                     const float4 k4 = load4(k_row + 16 * u), a4 = load4(a_row + 16 * u);
                     s[4 * u + 0] *= a4.x, s[4 * u + 1] *= a4.y, s[4 * u + 2] *= a4.z, s[4 * u + 3] *= a4.w;
-                    p += s[4 * u + 0] * k4.x + s[4 * u + 1] * k4.y + s[4 * u + 2] * k4.z + s[4 * u + 3] * k4.w;
+                    p4[0] += s[4 * u + 0] * k4.x, p4[1] += s[4 * u + 1] * k4.y;
+                    p4[2] += s[4 * u + 2] * k4.z, p4[3] += s[4 * u + 3] * k4.w;
                 }
-                p = quad_sum(p);
             } else {
                 const float a = buf[L.gate(tt)];
 #pragma unroll
                 for (int u = 0; u < V; ++u) {
                     const float4 k4 = load4(k_row + 16 * u);
                     s[4 * u + 0] *= a, s[4 * u + 1] *= a, s[4 * u + 2] *= a, s[4 * u + 3] *= a;
-                    p += s[4 * u + 0] * k4.x + s[4 * u + 1] * k4.y + s[4 * u + 2] * k4.z + s[4 * u + 3] * k4.w;
+                    p4[0] += s[4 * u + 0] * k4.x, p4[1] += s[4 * u + 1] * k4.y;
+                    p4[2] += s[4 * u + 2] * k4.z, p4[3] += s[4 * u + 3] * k4.w;
                 }
-                p = quad_sum(p);
             }
+            const float p = quad_sum((p4[0] + p4[1]) + (p4[2] + p4[3]));
             const float d = beta * (v - p);
 
             // S = S' + k d; o = scale S^T q.
-            float o = 0.0f;
+            float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int u = 0; u < V; ++u) {
                 const float4 k4 = load4(k_row + 16 * u), q4 = load4(q_row + 16 * u);
                 s[4 * u + 0] += k4.x * d, s[4 * u + 1] += k4.y * d, s[4 * u + 2] += k4.z * d, s[4 * u + 3] += k4.w * d;
-                o += s[4 * u + 0] * q4.x + s[4 * u + 1] * q4.y + s[4 * u + 2] * q4.z + s[4 * u + 3] * q4.w;
+                o4[0] += s[4 * u + 0] * q4.x, o4[1] += s[4 * u + 1] * q4.y;
+                o4[2] += s[4 * u + 2] * q4.z, o4[3] += s[4 * u + 3] * q4.w;
             }
-            o = quad_sum(o);
+            const float o = quad_sum((o4[0] + o4[1]) + (o4[2] + o4[3]));
             if (column_in && quad_lane == 0 && w.out.present()) *w.out.at(j, h, t, b) = n.scale * o;
 
             const int64_t slot = n.T - 1 - t;
