@@ -98,3 +98,90 @@ inline float __shfl_sync(unsigned, float value, int source_lane) {
     block.warps[warp]->arrive_and_wait();
     return other;
 }
+
+// nvcuda::wmma for TF32 tiles (m16n16k8), enough for src/cuda/tile_ops.cuh. Every lane holds a
+// whole tile (the real fragments spread it over the warp in an unspecified layout, so code may
+// only transform elements uniformly, which is what a whole copy per lane reproduces).
+#include <cstring>
+#include <type_traits>
+
+namespace nvcuda::wmma {
+
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+    static constexpr int rows = std::is_same<Use, matrix_a>::value ? M : std::is_same<Use, matrix_b>::value ? K : M;
+    static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
+    static constexpr int num_elements = rows * cols;
+    float x[num_elements];  // row-major copy of the tile
+};
+
+// Round to nearest TF32 (10 mantissa bits), ties away from zero, as cvt.rna.tf32.f32.
+inline float __float_to_tf32(float in) {
+    uint32_t bits;
+    std::memcpy(&bits, &in, 4);
+    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
+    float out;
+    std::memcpy(&out, &bits, 4);
+    return out;
+}
+
+template <class Use, int M, int N, int K, class T, class Layout>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const float *p, unsigned ld) {
+    using F = fragment<Use, M, N, K, T, Layout>;
+    for (int r = 0; r < F::rows; ++r)
+        for (int c = 0; c < F::cols; ++c)
+            f.x[r * F::cols + c] = std::is_same<Layout, col_major>::value ? p[c * ld + r] : p[r * ld + c];
+}
+
+template <int M, int N, int K>
+void load_matrix_sync(fragment<accumulator, M, N, K, float, void> &f, const float *p, unsigned ld, layout_t layout) {
+    for (int r = 0; r < M; ++r)
+        for (int c = 0; c < N; ++c) f.x[r * N + c] = layout == mem_row_major ? p[r * ld + c] : p[c * ld + r];
+}
+
+template <int M, int N, int K>
+void fill_fragment(fragment<accumulator, M, N, K, float, void> &f, float v) {
+    for (float &x : f.x) x = v;
+}
+
+// Lane 0 writes the tile, then the warp meets: every lane sees it afterwards, as after a real
+// store_matrix_sync.
+inline void warp_barrier();
+template <int M, int N, int K>
+void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float, void> &f, unsigned ld, layout_t layout) {
+    warp_barrier();  // every lane has read whatever this store overwrites
+    if (threadIdx.x % 32 == 0)
+        for (int r = 0; r < M; ++r)
+            for (int c = 0; c < N; ++c) (layout == mem_row_major ? p[r * ld + c] : p[c * ld + r]) = f.x[r * N + c];
+    warp_barrier();
+}
+
+template <int M, int N, int K, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float, void> &d, const fragment<matrix_a, M, N, K, precision::tf32, LA> &a,
+              const fragment<matrix_b, M, N, K, precision::tf32, LB> &b, const fragment<accumulator, M, N, K, float, void> &c) {
+    fragment<accumulator, M, N, K, float, void> out;
+    for (int r = 0; r < M; ++r)
+        for (int n = 0; n < N; ++n) {
+            float acc = c.x[r * N + n];
+            for (int k = 0; k < K; ++k) acc += a.x[r * K + k] * b.x[k * N + n];
+            out.x[r * N + n] = acc;
+        }
+    d = out;
+}
+
+inline void warp_barrier() {
+    auto &block = *::fake_cuda::current_block;
+    block.warps[threadIdx.x / 32]->arrive_and_wait();
+}
+
+}  // namespace nvcuda::wmma

@@ -1,0 +1,108 @@
+// Tensor-core tile operations in shared memory, for the chunked kernels: 16x16 output tiles
+// from TF32 WMMA with F32 accumulation, error-compensated (3xTF32: a_hi b_hi + a_hi b_lo +
+// a_lo b_hi, each operand split into a TF32 head and a TF32 tail), which keeps products to
+// about F32 accuracy: plain TF32 (10-bit mantissa) would miss the harness's NMSE thresholds.
+// Plus the inverse of a unit lower triangular matrix in F32 (the WY form's (I + L)^-1).
+//
+// Block-level functions: every thread of the block calls them; they end with __syncthreads().
+// Device code only; also compiled by the host compiler in the emulation test
+// (tests/cuda/fake_cuda.h provides nvcuda::wmma on CPU threads).
+#pragma once
+
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#include <mma.h>
+#endif
+
+namespace gdn::cuda::tile {
+
+namespace wmma = nvcuda::wmma;
+
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+template <class Layout>
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, Layout>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+
+// Splits every element of a loaded fragment into TF32 head (kept in `head`) and tail.
+template <class Frag>
+__device__ __forceinline__ void split_tf32(Frag &head, Frag &tail) {
+#pragma unroll
+    for (int i = 0; i < head.num_elements; ++i) {
+        const float x = head.x[i];
+        const float hi = wmma::__float_to_tf32(x);
+        head.x[i] = hi;
+        tail.x[i] = wmma::__float_to_tf32(x - hi);
+    }
+}
+
+// acc += A (16 x K, row-major at a, leading dimension lda) times B (K x 16): row-major
+// (element (k, n) at b[k ldb + n]) or col-major (at b[n ldb + k]). K a multiple of 8;
+// a, b 32-byte aligned, lda and ldb multiples of 4 floats (WMMA's rules).
+template <class BLayout>
+__device__ __forceinline__ void mma_3xtf32(FragC &acc, const float *a, int lda, const float *b, int ldb, int K) {
+    constexpr bool b_row_major = std::is_same<BLayout, wmma::row_major>::value;
+    for (int k = 0; k < K; k += 8) {
+        FragA a_hi, a_lo;
+        FragB<BLayout> b_hi, b_lo;
+        wmma::load_matrix_sync(a_hi, a + k, lda);
+        wmma::load_matrix_sync(b_hi, b_row_major ? b + k * ldb : b + k, ldb);
+        split_tf32(a_hi, a_lo);
+        split_tf32(b_hi, b_lo);
+        wmma::mma_sync(acc, a_lo, b_hi, acc);  // small terms first
+        wmma::mma_sync(acc, a_hi, b_lo, acc);
+        wmma::mma_sync(acc, a_hi, b_hi, acc);
+    }
+}
+
+// C (M x N, row-major, ldc) = A (M x K, row-major, lda) B (K x N, BLayout, ldb), or C += A B
+// when `accumulate`. M, N multiples of 16, K of 8. The block's warps take the 16x16 tiles of C
+// in turn. Every thread of the block calls this; C is complete for all of them on return.
+template <class BLayout>
+__device__ void block_gemm(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
+                           bool accumulate) {
+    constexpr bool b_row_major = std::is_same<BLayout, wmma::row_major>::value;
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
+    for (int tile = warp; tile < tiles; tile += warps) {
+        const int tm = tile / tiles_n, tn = tile % tiles_n;
+        float *c_tile = c + tm * 16 * ldc + tn * 16;
+        FragC acc;
+        if (accumulate) wmma::load_matrix_sync(acc, c_tile, ldc, wmma::mem_row_major);
+        else wmma::fill_fragment(acc, 0.0f);
+        mma_3xtf32<BLayout>(acc, a + tm * 16 * lda, lda, b_row_major ? b + tn * 16 : b + tn * 16 * ldb, ldb, K);
+        wmma::store_matrix_sync(c_tile, acc, ldc, wmma::mem_row_major);
+    }
+    __syncthreads();
+}
+
+// In place: the strictly lower part of the n x n matrix at m (row-major, ld) holds L (the
+// diagonal and above are ignored); on return m holds X = (I + L)^-1, unit lower triangular,
+// with its diagonal set to 1 and zeros above. Row by row, X_i = -(L_i + sum_{k<i} L_ik X_k)
+// restricted to columns < i: n - 1 barrier-separated steps, each parallel over the row.
+// F32 throughout (the inverse's accuracy matters more than its speed). Needs blockDim.x >= n.
+__device__ void block_unit_lower_inverse(float *m, int ld, int n) {
+    // Row 0 and the upper part first.
+    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+        const int i = idx / n, j = idx % n;
+        if (j > i) m[i * ld + j] = 0.0f;
+        if (j == i) m[i * ld + j] = 1.0f;
+    }
+    __syncthreads();
+    for (int i = 1; i < n; ++i) {
+        // x_ij = -(L_ij + sum_{j < k < i} L_ik X_kj) for j < i. Each thread computes some j;
+        // they read L_ik for k > j, which other threads overwrite: compute all, barrier, write.
+        float value = 0.0f;
+        const int j = threadIdx.x;
+        if (j < i) {
+            float sum = m[i * ld + j];
+            for (int k = j + 1; k < i; ++k) sum += m[i * ld + k] * m[k * ld + j];
+            value = -sum;
+        }
+        __syncthreads();
+        if (j < i) m[i * ld + j] = value;
+        __syncthreads();
+    }
+}
+
+}  // namespace gdn::cuda::tile

@@ -1,0 +1,24 @@
+// The tensor-core tile operations (src/cuda/tile_ops.cuh) on CPU threads (fake_cuda.h's WMMA).
+#include "fake_cuda.h"
+#include "tile_ops_reference.h"
+
+namespace {
+
+using namespace gdn_tile_check;
+
+TEST(EmulatedTileOps, GemmAndTriangularInverse) {
+    const Inputs in = make_check_inputs();
+    std::vector<float> smem(shared_floats), c(M * N), c2(M * N), x(n * n);
+    fake_cuda::launch({1, 1, 1}, 128, [&] { run_checks(smem.data(), in.a.data(), in.b.data(), in.l.data(), c.data(), c2.data(), x.data()); });
+    expect_checks_pass(in, c, c2, x);
+}
+
+TEST(EmulatedTileOps, SplittingMatters) {
+    // Without the tails, TF32 alone errs near 2^-11: the check above would see it.
+    const float x = 1.0f + 1.0f / 3.0f;
+    const float hi = nvcuda::wmma::__float_to_tf32(x);
+    EXPECT_GT(std::fabs(hi - x) / x, 1e-5);
+    EXPECT_LT(std::fabs(hi + nvcuda::wmma::__float_to_tf32(x - hi) - x) / x, 1e-6);
+}
+
+}  // namespace

@@ -1,0 +1,42 @@
+// The tile-operation checks shared by the emulated test (host threads) and the GPU test: a
+// kernel body that runs block_gemm and block_unit_lower_inverse on shared-memory tiles, and the
+// host reference. Included after fake_cuda.h (emulation) or under nvcc (GPU).
+#pragma once
+
+#include "cuda/tile_ops.cuh"
+
+namespace gdn_tile_check {
+
+// Sizes of the check: C (M x N) = A (M x K) B (K x N), then an n x n inverse.
+constexpr int M = 32, N = 48, K = 24, n = 64;
+constexpr int lda = K + 4, ldb = N + 4, ldb_t = K + 4, ldc = N + 4, ldm = n + 4;
+
+// Shared-memory layout (floats), each region 32-byte aligned.
+constexpr int a_at = 0, b_at = a_at + M * lda, bt_at = b_at + K * ldb, c_at = bt_at + N * ldb_t, c2_at = c_at + M * ldc,
+              m_at = c2_at + M * ldc, shared_floats = m_at + n * ldm;
+
+// One block: loads A, B (row-major) and B^T (so B col-major), L; computes C = A B (row-major B),
+// C2 = C + A B (col-major B), and the inverse; copies C, C2 and X out.
+__device__ inline void run_checks(float *smem, const float *a, const float *b, const float *l, float *c_out, float *c2_out,
+                                  float *x_out) {
+    namespace tile = gdn::cuda::tile;
+    for (int i = threadIdx.x; i < M * K; i += blockDim.x) smem[a_at + (i / K) * lda + i % K] = a[i];
+    for (int i = threadIdx.x; i < K * N; i += blockDim.x) {
+        smem[b_at + (i / N) * ldb + i % N] = b[i];
+        smem[bt_at + (i % N) * ldb_t + i / N] = b[i];
+    }
+    for (int i = threadIdx.x; i < n * n; i += blockDim.x) smem[m_at + (i / n) * ldm + i % n] = l[i];
+    __syncthreads();
+    tile::block_gemm<nvcuda::wmma::row_major>(smem + c_at, ldc, smem + a_at, lda, smem + b_at, ldb, M, N, K, false);
+    for (int i = threadIdx.x; i < M * N; i += blockDim.x) smem[c2_at + (i / N) * ldc + i % N] = smem[c_at + (i / N) * ldc + i % N];
+    __syncthreads();
+    tile::block_gemm<nvcuda::wmma::col_major>(smem + c2_at, ldc, smem + a_at, lda, smem + bt_at, ldb_t, M, N, K, true);
+    tile::block_unit_lower_inverse(smem + m_at, ldm, n);
+    for (int i = threadIdx.x; i < M * N; i += blockDim.x) {
+        c_out[i] = smem[c_at + (i / N) * ldc + i % N];
+        c2_out[i] = smem[c2_at + (i / N) * ldc + i % N];
+    }
+    for (int i = threadIdx.x; i < n * n; i += blockDim.x) x_out[i] = smem[m_at + (i / n) * ldm + i % n];
+}
+
+}  // namespace gdn_tile_check
