@@ -19,10 +19,18 @@ namespace gdn::cuda::tile {
 
 namespace wmma = nvcuda::wmma;
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+template <class Layout>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, Layout>;
 template <class Layout>
 using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, Layout>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+using wmma::col_major;
+using wmma::row_major;
+
+template <class Layout>
+struct RowMajor {
+    static constexpr bool value = std::is_same<Layout, wmma::row_major>::value;
+};
 
 // Splits every element of a loaded fragment into TF32 head (kept in `head`) and tail.
 template <class Frag>
@@ -36,17 +44,17 @@ __device__ __forceinline__ void split_tf32(Frag &head, Frag &tail) {
     }
 }
 
-// acc += A (16 x K, row-major at a, leading dimension lda) times B (K x 16): row-major
-// (element (k, n) at b[k ldb + n]) or col-major (at b[n ldb + k]). K a multiple of 8;
-// a, b 32-byte aligned, lda and ldb multiples of 4 floats (WMMA's rules).
-template <class BLayout>
+// acc += A (16 x K) times B (K x 16), from the tiles' first elements a and b. A row-major
+// (element (m, k) at a[m lda + k]) or col-major (at a[k lda + m]); B row-major (element (k, n)
+// at b[k ldb + n]) or col-major (at b[n ldb + k]). K a multiple of 8; a, b 32-byte aligned,
+// lda and ldb multiples of 4 floats (WMMA's rules).
+template <class ALayout, class BLayout>
 __device__ __forceinline__ void mma_3xtf32(FragC &acc, const float *a, int lda, const float *b, int ldb, int K) {
-    constexpr bool b_row_major = std::is_same<BLayout, wmma::row_major>::value;
     for (int k = 0; k < K; k += 8) {
-        FragA a_hi, a_lo;
+        FragA<ALayout> a_hi, a_lo;
         FragB<BLayout> b_hi, b_lo;
-        wmma::load_matrix_sync(a_hi, a + k, lda);
-        wmma::load_matrix_sync(b_hi, b_row_major ? b + k * ldb : b + k, ldb);
+        wmma::load_matrix_sync(a_hi, RowMajor<ALayout>::value ? a + k : a + k * lda, lda);
+        wmma::load_matrix_sync(b_hi, RowMajor<BLayout>::value ? b + k * ldb : b + k, ldb);
         split_tf32(a_hi, a_lo);
         split_tf32(b_hi, b_lo);
         wmma::mma_sync(acc, a_lo, b_hi, acc);  // small terms first
@@ -55,13 +63,12 @@ __device__ __forceinline__ void mma_3xtf32(FragC &acc, const float *a, int lda, 
     }
 }
 
-// C (M x N, row-major, ldc) = A (M x K, row-major, lda) B (K x N, BLayout, ldb), or C += A B
-// when `accumulate`. M, N multiples of 16, K of 8. The block's warps take the 16x16 tiles of C
+// C (M x N, row-major, ldc) = A (M x K) B (K x N), or C += A B when `accumulate`, the layouts
+// as for mma_3xtf32. M, N multiples of 16, K of 8. The block's warps take the 16x16 tiles of C
 // in turn. Every thread of the block calls this; C is complete for all of them on return.
-template <class BLayout>
+template <class ALayout, class BLayout>
 __device__ void block_gemm(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
                            bool accumulate) {
-    constexpr bool b_row_major = std::is_same<BLayout, wmma::row_major>::value;
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
     for (int tile = warp; tile < tiles; tile += warps) {
@@ -70,7 +77,9 @@ __device__ void block_gemm(float *c, int ldc, const float *a, int lda, const flo
         FragC acc;
         if (accumulate) wmma::load_matrix_sync(acc, c_tile, ldc, wmma::mem_row_major);
         else wmma::fill_fragment(acc, 0.0f);
-        mma_3xtf32<BLayout>(acc, a + tm * 16 * lda, lda, b_row_major ? b + tn * 16 : b + tn * 16 * ldb, ldb, K);
+        const float *a_tile = RowMajor<ALayout>::value ? a + tm * 16 * lda : a + tm * 16;
+        const float *b_tile = RowMajor<BLayout>::value ? b + tn * 16 : b + tn * 16 * ldb;
+        mma_3xtf32<ALayout, BLayout>(acc, a_tile, lda, b_tile, ldb, K);
         wmma::store_matrix_sync(c_tile, acc, ldc, wmma::mem_row_major);
     }
     __syncthreads();

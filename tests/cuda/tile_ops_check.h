@@ -12,29 +12,37 @@ constexpr int M = 32, N = 48, K = 24, n = 64;
 constexpr int lda = K + 4, ldb = N + 4, ldb_t = K + 4, ldc = N + 4, ldm = n + 4;
 
 // Shared-memory layout (floats), each region 32-byte aligned.
+constexpr int ldat = M + 4;
 constexpr int a_at = 0, b_at = a_at + M * lda, bt_at = b_at + K * ldb, c_at = bt_at + N * ldb_t, c2_at = c_at + M * ldc,
-              m_at = c2_at + M * ldc, shared_floats = m_at + n * ldm;
+              m_at = c2_at + M * ldc, at_at = m_at + n * ldm, c3_at = at_at + K * ldat, shared_floats = c3_at + M * ldc;
 
 // One block: loads A, B (row-major) and B^T (so B col-major), L; computes C = A B (row-major B),
-// C2 = C + A B (col-major B), and the inverse; copies C, C2 and X out.
+// C2 = C + A B (col-major B), C3 = A B from A stored transposed (col-major A), and the
+// inverse; copies C, C2, C3 and X out.
 __device__ inline void run_checks(float *smem, const float *a, const float *b, const float *l, float *c_out, float *c2_out,
-                                  float *x_out) {
+                                  float *c3_out, float *x_out) {
     namespace tile = gdn::cuda::tile;
-    for (int i = threadIdx.x; i < M * K; i += blockDim.x) smem[a_at + (i / K) * lda + i % K] = a[i];
+    for (int i = threadIdx.x; i < M * K; i += blockDim.x) {
+        smem[a_at + (i / K) * lda + i % K] = a[i];
+        smem[at_at + (i % K) * ldat + i / K] = a[i];
+    }
     for (int i = threadIdx.x; i < K * N; i += blockDim.x) {
         smem[b_at + (i / N) * ldb + i % N] = b[i];
         smem[bt_at + (i % N) * ldb_t + i / N] = b[i];
     }
     for (int i = threadIdx.x; i < n * n; i += blockDim.x) smem[m_at + (i / n) * ldm + i % n] = l[i];
     __syncthreads();
-    tile::block_gemm<nvcuda::wmma::row_major>(smem + c_at, ldc, smem + a_at, lda, smem + b_at, ldb, M, N, K, false);
+    tile::block_gemm<tile::row_major, tile::row_major>(smem + c_at, ldc, smem + a_at, lda, smem + b_at, ldb, M, N, K, false);
     for (int i = threadIdx.x; i < M * N; i += blockDim.x) smem[c2_at + (i / N) * ldc + i % N] = smem[c_at + (i / N) * ldc + i % N];
     __syncthreads();
-    tile::block_gemm<nvcuda::wmma::col_major>(smem + c2_at, ldc, smem + a_at, lda, smem + bt_at, ldb_t, M, N, K, true);
+    tile::block_gemm<tile::row_major, tile::col_major>(smem + c2_at, ldc, smem + a_at, lda, smem + bt_at, ldb_t, M, N, K, true);
+    // C3 = A^T^T B with A stored transposed (col-major A).
+    tile::block_gemm<tile::col_major, tile::row_major>(smem + c3_at, ldc, smem + at_at, ldat, smem + b_at, ldb, M, N, K, false);
     tile::block_unit_lower_inverse(smem + m_at, ldm, n);
     for (int i = threadIdx.x; i < M * N; i += blockDim.x) {
         c_out[i] = smem[c_at + (i / N) * ldc + i % N];
         c2_out[i] = smem[c2_at + (i / N) * ldc + i % N];
+        c3_out[i] = smem[c3_at + (i / N) * ldc + i % N];
     }
     for (int i = threadIdx.x; i < n * n; i += blockDim.x) x_out[i] = smem[m_at + (i / n) * ldm + i % n];
 }

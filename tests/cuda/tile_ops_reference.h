@@ -30,8 +30,8 @@ inline Inputs make_check_inputs() {
 
 // C = A B to about F32 accuracy (3xTF32: far below TF32's 2^-11), C2 = 2 A B; X (I + L) = I.
 inline void expect_checks_pass(const Inputs &in, const std::vector<float> &c, const std::vector<float> &c2,
-                               const std::vector<float> &x) {
-    double worst = 0, worst2 = 0;
+                               const std::vector<float> &c3, const std::vector<float> &x) {
+    double worst = 0, worst2 = 0, worst3 = 0;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
             double ref = 0, mag = 0;
@@ -41,9 +41,11 @@ inline void expect_checks_pass(const Inputs &in, const std::vector<float> &c, co
             }
             worst = std::max(worst, std::fabs(c[i * N + j] - ref) / mag);
             worst2 = std::max(worst2, std::fabs(c2[i * N + j] - 2 * ref) / (2 * mag));
+            worst3 = std::max(worst3, std::fabs(c3[i * N + j] - ref) / mag);
         }
     EXPECT_LT(worst, 1e-6) << "C = A B (row-major B): relative error";
     EXPECT_LT(worst2, 1e-6) << "C += A B (col-major B): relative error";
+    EXPECT_LT(worst3, 1e-6) << "C = A B (col-major A): relative error";
     double residual = 0;
     for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j) {
