@@ -98,10 +98,11 @@ cuda::Sizes sizes_of(const Dims &d) {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(int device, cudaStream_t stream, bool stream_ordered, size_t shared_limit)
+    CudaBackend(int device, cudaStream_t stream, bool stream_ordered, size_t shared_limit, int chunk_size)
         : device_(device),
           stream_(stream),
           shared_limit_(shared_limit),
+          chunk_size_(chunk_size),
           workspace_(std::make_unique<cuda::DeviceWorkspace>(stream, stream_ordered)) {}
 
     ~CudaBackend() override {
@@ -140,7 +141,12 @@ public:
         GDN_TRY(view_of("state", a.s0, device_, w.s0));
         GDN_TRY(view_of("out", a.out, device_, w.out));
         GDN_TRY(view_of("states", a.states, device_, w.states));
-        GDN_CUDA_TRY(cuda::launch_token_forward(w, sizes_of(a.dims), stream_), "launching the per-token forward");
+        const cuda::Sizes n = sizes_of(a.dims);
+        if (use_chunked_forward(n)) {
+            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, stream_), "launching the chunked forward");
+        } else {
+            GDN_CUDA_TRY(cuda::launch_token_forward(w, n, stream_), "launching the per-token forward");
+        }
         last_workspace_ = 0;
         return {};
     }
@@ -175,10 +181,18 @@ public:
 
 private:
     static constexpr int kMaxGridDim = 65535;  // grid y and z carry value heads and sequences
+    // Below this many tokens the per-token kernel wins (and decoding is T = 1).
+    static constexpr int64_t kChunkedFromTokens = 64;
+
+    // chunk_size = 1 in the context parameters asks for the per-token kernels throughout.
+    bool use_chunked_forward(const cuda::Sizes &n) const {
+        return chunk_size_ != 1 && n.T >= kChunkedFromTokens && cuda::chunk_forward_takes(n, shared_limit_);
+    }
 
     int device_;
     cudaStream_t stream_;
     size_t shared_limit_;  // the most dynamic shared memory a block may opt in to on this device
+    int chunk_size_;       // gdn_context_params.chunk_size: 1 = per-token kernels only
     std::unique_ptr<cuda::DeviceWorkspace> workspace_;
     uint64_t last_workspace_ = 0;  // bytes the last successful call needed
 };
@@ -201,7 +215,7 @@ Status make_cuda_backend(const gdn_context_params &params, std::unique_ptr<Backe
     GDN_CUDA_TRY(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device),
                  "cudaDeviceGetAttribute");
     out = std::make_unique<CudaBackend>(params.device, static_cast<cudaStream_t>(params.stream), pools != 0,
-                                        static_cast<size_t>(shared_limit));
+                                        static_cast<size_t>(shared_limit), params.chunk_size);
     return {};
 }
 

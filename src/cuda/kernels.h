@@ -16,6 +16,11 @@ namespace gdn::cuda {
 // every token in order. Serves decoding (T = 1) and any T.
 cudaError_t launch_token_forward(const ForwardViews &views, const Sizes &sizes, cudaStream_t stream);
 
+// Chunked forward on tensor cores (chunk_forward.cu): scalar gates, K <= 1, Sk a multiple of
+// 16 up to 128, Sv a multiple of 32, and its shared memory within shared_limit.
+bool chunk_forward_takes(const Sizes &sizes, size_t shared_limit);
+cudaError_t launch_chunk_forward(const ForwardViews &views, const Sizes &sizes, cudaStream_t stream);
+
 // Per-token backward (token_backward.cu): a replayed forward with checkpoints, then the tokens
 // in reverse, then a fixed-order reduction of the per-column partial gradients.
 // shared_limit: the device's largest dynamic shared memory per block (opt-in).

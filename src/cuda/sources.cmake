@@ -4,4 +4,5 @@ set(GDN_CUDA_SOURCES
   cuda/cuda_backend.cu
   cuda/workspace.cu
   cuda/token_forward.cu
+  cuda/chunk_forward.cu
   cuda/token_backward.cu)

@@ -90,7 +90,7 @@ __device__ void block_gemm(float *c, int ldc, const float *a, int lda, const flo
 // with its diagonal set to 1 and zeros above. Row by row, X_i = -(L_i + sum_{k<i} L_ik X_k)
 // restricted to columns < i: n - 1 barrier-separated steps, each parallel over the row.
 // F32 throughout (the inverse's accuracy matters more than its speed). Needs blockDim.x >= n.
-__device__ void block_unit_lower_inverse(float *m, int ld, int n) {
+__device__ inline void block_unit_lower_inverse(float *m, int ld, int n) {
     // Row 0 and the upper part first.
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
         const int i = idx / n, j = idx % n;

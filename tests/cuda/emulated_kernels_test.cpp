@@ -12,12 +12,13 @@
 #include "fake_cuda.h"
 // The kernels, compiled by the host compiler.
 #include "cuda/token_backward_kernel.cuh"
+#include "cuda/chunk_forward_kernel.cuh"
 #include "cuda/token_forward_kernel.cuh"
 #include "gdn/gdn.h"
 
 namespace gdn::cuda {
 namespace {  // the kernels' `extern __shared__ float shared[]`, in their (this file's) namespace
-float shared[1 << 15];  // the block's dynamic shared memory (blocks run one at a time)
+alignas(32) float shared[1 << 15];  // the block's dynamic shared memory (blocks run one at a time)
 }  // namespace
 }  // namespace gdn::cuda
 
@@ -232,6 +233,37 @@ TEST_P(EmulatedBackward, MatchesRef) {
     EXPECT_LT(nmse(got.dbeta.data, want.dbeta.data), 1e-8) << "dbeta";
     EXPECT_LT(nmse(got.ds0.data, want.ds0.data), 1e-8) << "ds0";
 }
+
+// The chunked forward (tensor cores, emulated WMMA) against ref: out and the final state.
+class EmulatedChunkForward : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(EmulatedChunkForward, MatchesRef) {
+    const Shape s = GetParam();
+    const Inputs in = make_inputs(s, 21);
+    const Sizes n = in.sizes();
+    ASSERT_TRUE(chunk_forward_eligible(n, 200 * 1024)) << "the shape must be one the chunked kernel takes";
+    HostTensor want_out(s.Sv, s.Hv, s.T, s.B, -7.0f, 1), want_states(s.Sk, s.Sv, s.Hv, s.B, -7.0f);
+    RefContext ref;
+    const gdn_problem p = in.problem();
+    ASSERT_EQ(gdn_forward(ref.ctx, &p, &want_out.t, &want_states.t), GDN_OK) << gdn_last_error(ref.ctx);
+
+    HostTensor out(s.Sv, s.Hv, s.T, s.B, -7.0f, 1), states(s.Sk, s.Sv, s.Hv, s.B, -7.0f);
+    ForwardViews w{in.q.view(), in.k.view(), in.v.view(), in.g.view(), in.beta.view(), in.s0.view(), out.view(), states.view()};
+    const ChunkGrid g = chunk_forward_grid(n);
+    ASSERT_LE(g.shared_bytes, sizeof(gdn::cuda::shared));
+    fake_cuda::launch({unsigned(g.x), unsigned(g.y), unsigned(g.z)}, g.threads, [&] { chunk_forward_kernel(w, n); });
+    EXPECT_LT(nmse(out.data, want_out.data), 1e-9);
+    EXPECT_LT(nmse(states.data, want_states.data), 1e-9);
+    for (size_t i = 0; i < out.data.size(); ++i)
+        if (want_out.data[i] == -7.0f) EXPECT_EQ(out.data[i], -7.0f) << i;
+}
+
+// Sk, Sv, Hk, Hv, T, B, Bq, K, kda, grouped, s0, extremes
+INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedChunkForward,
+                         ::testing::Values(Shape{32, 32, 1, 2, 70, 1, 1, 1, false, false, true},     // a short last chunk
+                                           Shape{16, 64, 2, 4, 40, 2, 1, 1, false, true, false},     // grouped, Bq < B, two slices, no s0
+                                           Shape{64, 32, 1, 1, 33, 1, 1, 1, false, false, true, true},  // spikes, beta 0 and 1
+                                           Shape{128, 32, 1, 1, 35, 1, 1, 1, false, false, true}));  // the 27B head size
 
 // Sk, Sv, Hk, Hv, T, B, Bq, K, kda, grouped, s0
 const Shape kShapes[] = {

@@ -22,6 +22,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__
+#define __align__(n) __attribute__((aligned(n)))
 
 struct alignas(16) float4 {
     float x, y, z, w;

@@ -1,0 +1,177 @@
+// The chunked (WY) forward for scalar gates (GDA), ALGORITHM.md section 2, on tensor cores.
+//
+// One block per (unit, slice of 32 value columns) walks the chunks of 32 tokens in order,
+// the state slice S (Sk x 32) in shared memory. Per chunk, with gam the prefix sums of g
+// inside the chunk (restarted at each chunk) and beta, Q, K, V its rows:
+//   Gk = K K^T, Gq = Q K^T                                    (3xTF32 WMMA, block_gemm)
+//   L_rs = beta_r exp(gam_r - gam_s) Gk_rs (s < r), A = (I + L)^-1   (F32, row by row)
+//   P_rs = exp(gam_r - gam_s) Gq_rs (s <= r)
+//   W' = -A diag(beta exp(gam)) K,  U = A diag(beta) V,  Dm = U + W' S   (Dm: the deltas)
+//   O = scale (diag(exp(gam)) Q S + P Dm)
+//   S <- exp(gam_L) S + (diag(exp(gam_L - gam)) K)^T Dm
+// Every exponent is a difference gam_r - gam_s with s <= r, gam_r, or gam_L - gam_r: <= 0 for
+// g <= 0. Gates are clamped at -1e4 (exp is 0 in F32 far above that) so that differences of
+// prefix sums stay numbers. A last chunk shorter than 32 is padded with zero rows (g = 0,
+// beta = 0, q = k = v = 0), which changes nothing.
+//
+// Taken when (chunk_forward_eligible): GDA, K <= 1 snapshot, Sk a multiple of 16 up to 128,
+// Sv a multiple of 32, and the shared memory fits; the per-token kernel serves the rest.
+//
+// Device code plus its launch shape, included by chunk_forward.cu (nvcc) and by the host
+// emulation test, which runs it on CPU threads.
+#pragma once
+
+#include "cuda/device_views.h"
+#include "cuda/tile_ops.cuh"
+
+namespace gdn::cuda {
+// Internal to the one translation unit that includes this.
+namespace {
+
+constexpr int kChunk = 32;          // tokens per chunk
+constexpr int kSlice = 32;          // value columns per block
+constexpr int kChunkThreads = 128;  // four warps
+constexpr float kGateFloor = -1.0e4f;
+
+// Shared-memory regions (float offsets, each 32-byte aligned) for key head size Sk.
+struct ChunkLayout {
+    int ldk, ldv, ldc;                       // leading dimensions: rows of Sk, of 32 columns, of 32 tokens
+    int q, k, x, w, s, v, u, gk, gq, o;      // matrices
+    int gam, beta;                           // per-token vectors
+    int floats;
+};
+
+__host__ __device__ inline ChunkLayout chunk_layout(int Sk) {
+    ChunkLayout L{};
+    L.ldk = Sk + 4, L.ldv = kSlice + 4, L.ldc = kChunk + 4;
+    int at = 0;
+    auto take = [&at](int count) {
+        const int region = at;
+        at += (count + 7) / 8 * 8;
+        return region;
+    };
+    L.q = take(kChunk * L.ldk);   // Q, then diag(exp(gam)) Q
+    L.k = take(kChunk * L.ldk);   // K, then diag(exp(gam_L - gam)) K
+    L.x = take(kChunk * L.ldk);   // -diag(beta exp(gam)) K
+    L.w = take(kChunk * L.ldk);   // W'
+    L.s = take(Sk * L.ldv);       // the state slice, S[i][c] at s + i ldv + c
+    L.v = take(kChunk * L.ldv);   // V, then diag(beta) V
+    L.u = take(kChunk * L.ldv);   // U, then Dm
+    L.gk = take(kChunk * L.ldc);  // K K^T, then L, then A
+    L.gq = take(kChunk * L.ldc);  // Q K^T, then P
+    L.o = take(kChunk * L.ldv);   // the output rows
+    L.gam = take(kChunk);
+    L.beta = take(kChunk);
+    L.floats = at;
+    return L;
+}
+
+__global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardViews w, Sizes n) {
+    namespace tile = gdn::cuda::tile;
+    using tile::col_major;
+    using tile::row_major;
+    extern __shared__ __align__(32) float shared[];
+    const ChunkLayout L = chunk_layout(n.Sk);
+    float *Q = shared + L.q, *K = shared + L.k, *X = shared + L.x, *W = shared + L.w, *S = shared + L.s;
+    float *V = shared + L.v, *U = shared + L.u, *Gk = shared + L.gk, *Gq = shared + L.gq, *O = shared + L.o;
+    float *gam = shared + L.gam, *beta = shared + L.beta;
+    const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x;
+    const int j0 = blockIdx.x * kSlice, h = blockIdx.y, b = blockIdx.z;
+    const int kh = n.key_head(h), bq = n.qk_sequence(b);
+
+    for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+        const int i = idx / kSlice, c = idx % kSlice;
+        S[i * L.ldv + c] = w.s0.present() ? *w.s0.at(i, j0 + c, h, b) : 0.0f;
+    }
+
+    for (int64_t t0 = 0; t0 < n.T; t0 += kChunk) {
+        const int len = n.T - t0 < kChunk ? static_cast<int>(n.T - t0) : kChunk;
+        // Load the chunk (rows past len are zero).
+        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
+            const int r = idx / Sk, i = idx % Sk;
+            Q[r * L.ldk + i] = r < len ? *w.q.at(i, kh, t0 + r, bq) : 0.0f;
+            K[r * L.ldk + i] = r < len ? *w.k.at(i, kh, t0 + r, bq) : 0.0f;
+        }
+        for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            V[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
+        }
+        if (tid < kChunk) {
+            beta[tid] = tid < len ? *w.beta.at(0, h, t0 + tid, b) : 0.0f;
+            const float g = tid < len ? *w.g.at(0, h, t0 + tid, b) : 0.0f;
+            gam[tid] = g < kGateFloor ? kGateFloor : g;  // NaN stays NaN
+        }
+        __syncthreads();
+        if (tid == 0)
+            for (int r = 1; r < kChunk; ++r) gam[r] += gam[r - 1];  // prefix sums (padded rows add 0)
+        __syncthreads();
+        const float gam_last = gam[len - 1];
+
+        tile::block_gemm<row_major, col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, Sk, false);  // K K^T
+        tile::block_gemm<row_major, col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, Sk, false);  // Q K^T
+        for (int idx = tid; idx < kChunk * kChunk; idx += threads) {
+            const int r = idx / kChunk, s = idx % kChunk;
+            const float decay = s <= r ? expf(gam[r] - gam[s]) : 0.0f;
+            Gk[r * L.ldc + s] = s < r ? beta[r] * decay * Gk[r * L.ldc + s] : 0.0f;  // L
+            Gq[r * L.ldc + s] = s <= r ? decay * Gq[r * L.ldc + s] : 0.0f;           // P
+        }
+        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
+            const int r = idx / Sk, i = idx % Sk;
+            X[r * L.ldk + i] = -beta[r] * expf(gam[r]) * K[r * L.ldk + i];
+        }
+        for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            V[r * L.ldv + c] *= beta[r];
+        }
+        __syncthreads();
+        tile::block_unit_lower_inverse(Gk, L.ldc, kChunk);  // A = (I + L)^-1
+        tile::block_gemm<row_major, row_major>(W, L.ldk, Gk, L.ldc, X, L.ldk, kChunk, Sk, kChunk, false);     // W' = A X
+        tile::block_gemm<row_major, row_major>(U, L.ldv, Gk, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // U = A beta V
+        tile::block_gemm<row_major, row_major>(U, L.ldv, W, L.ldk, S, L.ldv, kChunk, kSlice, Sk, true);        // Dm = U + W' S
+
+        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
+            const int r = idx / Sk, i = idx % Sk;
+            Q[r * L.ldk + i] *= expf(gam[r]);
+        }
+        __syncthreads();
+        tile::block_gemm<row_major, row_major>(O, L.ldv, Q, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);        // Qg S
+        tile::block_gemm<row_major, row_major>(O, L.ldv, Gq, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true);    // + P Dm
+
+        if (w.out.present())
+            for (int idx = tid; idx < len * kSlice; idx += threads) {
+                const int r = idx / kSlice, c = idx % kSlice;
+                if (j0 + c < n.Sv) *w.out.at(j0 + c, h, t0 + r, b) = n.scale * O[r * L.ldv + c];
+            }
+        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
+            const int r = idx / Sk, i = idx % Sk;
+            K[r * L.ldk + i] *= expf(gam_last - gam[r]);  // Kl
+        }
+        const float decay_last = expf(gam_last);
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) S[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
+        __syncthreads();
+        tile::block_gemm<col_major, row_major>(S, L.ldv, K, L.ldk, U, L.ldv, Sk, kSlice, kChunk, true);  // S += Kl^T Dm
+    }
+
+    if (w.states.present())  // K = 1: the final state (chunk_forward_eligible)
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int i = idx / kSlice, c = idx % kSlice;
+            *w.states.at(i, j0 + c, h, b) = S[i * L.ldv + c];
+        }
+}
+
+// Whether the chunked forward takes a call, given the device's shared-memory limit per block.
+inline bool chunk_forward_eligible(const Sizes &n, size_t shared_limit) {
+    return n.gate_width == 1 && n.K <= 1 && n.Sk % 16 == 0 && n.Sk <= 128 && n.Sv % kSlice == 0 &&
+           sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats) <= shared_limit;
+}
+
+struct ChunkGrid {
+    int x, y, z, threads;
+    size_t shared_bytes;
+};
+inline ChunkGrid chunk_forward_grid(const Sizes &n) {
+    return {n.Sv / kSlice, n.Hv, n.B, kChunkThreads, sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats)};
+}
+
+}  // namespace
+}  // namespace gdn::cuda
