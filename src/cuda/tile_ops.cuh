@@ -89,7 +89,8 @@ __device__ void block_gemm(float *c, int ldc, const float *a, int lda, const flo
 // diagonal and above are ignored); on return m holds X = (I + L)^-1, unit lower triangular,
 // with its diagonal set to 1 and zeros above. Row by row, X_i = -(L_i + sum_{k<i} L_ik X_k)
 // restricted to columns < i: n - 1 barrier-separated steps, each parallel over the row.
-// F32 throughout (the inverse's accuracy matters more than its speed). Needs blockDim.x >= n.
+// F32 throughout (the inverse's accuracy matters more than its speed). Needs blockDim.x >= n;
+// n <= 32 runs in warp 0 alone.
 __device__ inline void block_unit_lower_inverse(float *m, int ld, int n) {
     // Row 0 and the upper part first.
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
@@ -98,6 +99,25 @@ __device__ inline void block_unit_lower_inverse(float *m, int ld, int n) {
         if (j == i) m[i * ld + j] = 1.0f;
     }
     __syncthreads();
+    if (n <= 32) {
+        // One warp: its barriers are cheaper than the block's, and n - 1 rows take 2 (n - 1).
+        if (threadIdx.x < 32) {
+            const int j = threadIdx.x;
+            for (int i = 1; i < n; ++i) {
+                float value = 0.0f;
+                if (j < i) {
+                    float sum = m[i * ld + j];
+                    for (int k = j + 1; k < i; ++k) sum += m[i * ld + k] * m[k * ld + j];
+                    value = -sum;
+                }
+                __syncwarp();  // every lane has read row i of L before any lane overwrites it
+                if (j < i) m[i * ld + j] = value;
+                __syncwarp();
+            }
+        }
+        __syncthreads();
+        return;
+    }
     for (int i = 1; i < n; ++i) {
         // x_ij = -(L_ij + sum_{j < k < i} L_ik X_kj) for j < i. Each thread computes some j;
         // they read L_ik for k > j, which other threads overwrite: compute all, barrier, write.

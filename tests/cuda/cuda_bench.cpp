@@ -1,7 +1,9 @@
 // cuda_bench: times the cuda backend through the public C API at the Qwen3.5-27B shape
 // (Sk = Sv = 128, Hk = 16, Hv = 48, B = 1, q/k/v views into the packed conv buffer, F32).
 // Per T: median over timed calls (CUDA events around each call, at least 0.3 s and 5 calls) of
-// the forward (out and final state) and the backward (every gradient).
+// the forward (out and final state) as the backend chooses it ("fwd": chunked from T = 64) and
+// with the per-token kernel forced ("fwd-tok", chunk_size = 1), and the backward (every
+// gradient).
 //
 //   cuda_bench [T ...]        default: 1 512 4096
 #include <cuda_runtime_api.h>
@@ -78,12 +80,14 @@ int main(int argc, char **argv) {
     std::vector<int64_t> Ts;
     for (int i = 1; i < argc; ++i) Ts.push_back(std::atoll(argv[i]));
     if (Ts.empty()) Ts = {1, 512, 4096};
-    gdn_context *ctx = nullptr;
-    if (gdn_context_create("cuda", nullptr, &ctx) != GDN_OK) {
+    gdn_context *ctx = nullptr, *ctx_token = nullptr;
+    gdn_context_params per_token = gdn_context_default_params();
+    per_token.chunk_size = 1;
+    if (gdn_context_create("cuda", nullptr, &ctx) != GDN_OK || gdn_context_create("cuda", &per_token, &ctx_token) != GDN_OK) {
         std::fprintf(stderr, "cuda_bench: %s\n", gdn_last_create_error());
         return 2;
     }
-    std::printf("%-6s %-6s %12s %12s %14s %16s\n", "op", "T", "median_ms", "tokens/s", "GFLOP/s", "workspace_bytes");
+    std::printf("%-8s %-6s %12s %12s %14s %16s\n", "op", "T", "median_ms", "tokens/s", "GFLOP/s", "workspace_bytes");
     int failures = 0;
     for (int64_t T : Ts) {
         float *qkv = device_random(static_cast<size_t>(conv_dim * T * B), -0.1f, 0.1f, 1);
@@ -125,19 +129,26 @@ int main(int argc, char **argv) {
         if (status != GDN_OK) std::fprintf(stderr, "forward T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx));
         failures += status != GDN_OK;
         status = GDN_OK;
+        const double fwd_token = median_ms([&] { status = status != GDN_OK ? status : gdn_forward(ctx_token, &p, &o, &st); });
+        if (status != GDN_OK) std::fprintf(stderr, "forward (per-token) T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx_token));
+        failures += status != GDN_OK;
+        status = GDN_OK;
         const double bwd = median_ms([&] { status = status != GDN_OK ? status : gdn_backward(ctx, &p, &dO, nullptr, &grads); });
         const uint64_t bwd_ws = gdn_context_workspace_bytes(ctx);
         if (status != GDN_OK) std::fprintf(stderr, "backward T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx));
         failures += status != GDN_OK;
         check(cudaDeviceSynchronize(), "after the timed calls");
 
-        const double per_token = double(Hv) * B * Sk * Sv;  // SPEC section 8: 8 and 24 flops per state entry
-        std::printf("%-6s %-6lld %12.4f %12.4g %14.1f %16llu\n", "fwd", static_cast<long long>(T), fwd, T * B / (fwd * 1e-3),
-                    8 * per_token * T / (fwd * 1e6), static_cast<unsigned long long>(fwd_ws));
-        std::printf("%-6s %-6lld %12.4f %12.4g %14.1f %16llu\n", "bwd", static_cast<long long>(T), bwd, T * B / (bwd * 1e-3),
-                    24 * per_token * T / (bwd * 1e6), static_cast<unsigned long long>(bwd_ws));
+        const double per_token_flops = double(Hv) * B * Sk * Sv;  // SPEC section 8: 8 and 24 flops per state entry
+        std::printf("%-8s %-6lld %12.4f %12.4g %14.1f %16llu\n", "fwd", static_cast<long long>(T), fwd, T * B / (fwd * 1e-3),
+                    8 * per_token_flops * T / (fwd * 1e6), static_cast<unsigned long long>(fwd_ws));
+        std::printf("%-8s %-6lld %12.4f %12.4g %14.1f %16llu\n", "fwd-tok", static_cast<long long>(T), fwd_token,
+                    T * B / (fwd_token * 1e-3), 8 * per_token_flops * T / (fwd_token * 1e6), 0ULL);
+        std::printf("%-8s %-6lld %12.4f %12.4g %14.1f %16llu\n", "bwd", static_cast<long long>(T), bwd, T * B / (bwd * 1e-3),
+                    24 * per_token_flops * T / (bwd * 1e6), static_cast<unsigned long long>(bwd_ws));
         for (float *ptr : {qkv, g, beta, s0, out, state, d_out, grad_qk, grad_v, grad_gb, grad_s0}) cudaFree(ptr);
     }
     gdn_context_free(ctx);
+    gdn_context_free(ctx_token);
     return failures == 0 ? 0 : 1;
 }

@@ -78,6 +78,11 @@ void launch(Index3 grid, int threads, Fn &&fn) {
 
 inline void __syncthreads() { ::fake_cuda::current_block->sync.arrive_and_wait(); }
 
+// Only for code where the whole warp calls it (as here): a barrier of the warp's 32 threads.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    ::fake_cuda::current_block->warps[threadIdx.x / 32]->arrive_and_wait();
+}
+
 inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
     auto &block = *::fake_cuda::current_block;
     const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
