@@ -162,9 +162,10 @@ double nmse(const gdn_tensor &a, const gdn_tensor &b) {
     return den > 0 ? num / den : num;
 }
 
-Context make_context(const char *backend, void *stream) {
+Context make_context(const char *backend, void *stream, int chunk_size) {
     gdn_context_params params = gdn_context_default_params();
     params.stream = stream;
+    params.chunk_size = chunk_size;
     gdn_context *ctx = nullptr;
     const gdn_status s = gdn_context_create(backend, &params, &ctx);
     if (s != GDN_OK) throw std::runtime_error(std::string("gdn_context_create(") + backend + "): " + gdn_last_create_error());

@@ -83,6 +83,7 @@ struct ContextDeleter {
     void operator()(gdn_context *c) const { gdn_context_free(c); }
 };
 using Context = std::unique_ptr<gdn_context, ContextDeleter>;
-Context make_context(const char *backend, void *stream = nullptr);
+// chunk_size 1 on cuda: the per-token kernels only.
+Context make_context(const char *backend, void *stream = nullptr, int chunk_size = 0);
 
 }  // namespace gdn_cuda_test
