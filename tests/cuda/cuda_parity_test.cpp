@@ -100,17 +100,17 @@ TEST_P(CudaParity, ForwardMatchesRef) {
     // The kernel the backend picks (chunked on tensor cores from T = 64 where it applies), then
     // the per-token kernel forced (chunk_size = 1).
     for (int chunk_size : {0, 1}) {
-    SCOPED_TRACE(chunk_size == 1 ? "per-token kernel" : "default kernel");
-    Context gpu = make_context("cuda", nullptr, chunk_size);
-    const ForwardResult got = run_forward(gpu.get(), p, true);
-    EXPECT_LT(nmse(got.out.host, want.out.host), kForwardNmse) << "out of " << GetParam().name();
-    EXPECT_LT(nmse(got.states.host, want.states.host), kForwardNmse) << "states of " << GetParam().name();
-    // Unwritten slots (T < K) and the padding of out keep their fill.
-    for (size_t n = 0; n < got.out.buffer->host.size(); ++n)
-        if ((n % (GetParam().Sv + 1)) == size_t(GetParam().Sv)) ASSERT_EQ(got.out.buffer->host[n], -7.0f) << "padding of out written at " << n;
-    const int64_t written = std::min<int64_t>(GetParam().K, GetParam().T), area = int64_t(GetParam().Sk) * GetParam().Sv * GetParam().Hv;
-    for (int64_t n = written * GetParam().B * area; n < int64_t(got.states.buffer->host.size()); ++n)
-        ASSERT_EQ(got.states.buffer->host[n], -7.0f) << "unwritten snapshot slot changed at " << n;
+        SCOPED_TRACE(chunk_size == 1 ? "per-token kernel" : "default kernel");
+        Context gpu = make_context("cuda", nullptr, chunk_size);
+        const ForwardResult got = run_forward(gpu.get(), p, true);
+        EXPECT_LT(nmse(got.out.host, want.out.host), kForwardNmse) << "out of " << GetParam().name();
+        EXPECT_LT(nmse(got.states.host, want.states.host), kForwardNmse) << "states of " << GetParam().name();
+        // Unwritten slots (T < K) and the padding of out keep their fill.
+        for (size_t n = 0; n < got.out.buffer->host.size(); ++n)
+            if ((n % (GetParam().Sv + 1)) == size_t(GetParam().Sv)) ASSERT_EQ(got.out.buffer->host[n], -7.0f) << "padding of out written at " << n;
+        const int64_t written = std::min<int64_t>(GetParam().K, GetParam().T), area = int64_t(GetParam().Sk) * GetParam().Sv * GetParam().Hv;
+        for (int64_t n = written * GetParam().B * area; n < int64_t(got.states.buffer->host.size()); ++n)
+            ASSERT_EQ(got.states.buffer->host[n], -7.0f) << "unwritten snapshot slot changed at " << n;
     }
 }
 
