@@ -86,6 +86,14 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
 
     for (int64_t t0 = 0; t0 < n.T; t0 += kChunk) {
         const int len = n.T - t0 < kChunk ? static_cast<int>(n.T - t0) : kChunk;
+        if (w.checkpoints != nullptr) {  // the backward's chunk-start states, [unit][chunk][Sv][Sk]
+            __syncthreads();             // S is complete (the previous chunk's last block_gemm, or the load above)
+            float *dst = w.checkpoints + ((static_cast<int64_t>(b) * n.Hv + h) * w.checkpoint_count + t0 / kChunk) * n.Sv * Sk;
+            for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+                const int c = idx / Sk, i = idx % Sk;
+                dst[static_cast<int64_t>(j0 + c) * Sk + i] = S[i * L.ldv + c];
+            }
+        }
         // Load the chunk (rows past len are zero).
         for (int idx = tid; idx < kChunk * Sk; idx += threads) {
             const int r = idx / Sk, i = idx % Sk;

@@ -142,7 +142,7 @@ public:
         GDN_TRY(view_of("out", a.out, device_, w.out));
         GDN_TRY(view_of("states", a.states, device_, w.states));
         const cuda::Sizes n = sizes_of(a.dims);
-        if (use_chunked_forward(n)) {
+        if (use_chunked(n) && cuda::chunk_forward_takes(n, shared_limit_)) {
             GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, stream_), "launching the chunked forward");
         } else {
             GDN_CUDA_TRY(cuda::launch_token_forward(w, n, stream_), "launching the per-token forward");
@@ -170,6 +170,13 @@ public:
         GDN_TRY(view_of("grads.beta", a.dbeta, device_, w.dbeta));
         GDN_TRY(view_of("grads.state", a.ds0, device_, w.ds0));
         const cuda::Sizes n = sizes_of(a.dims);
+        if (use_chunked(n) && cuda::chunk_backward_takes(n, shared_limit_)) {
+            const cuda::ChunkBackwardPlan plan = cuda::plan_chunk_backward(n);
+            GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
+            GDN_CUDA_TRY(cuda::launch_chunk_backward(w, n, plan, workspace_->data(), stream_), "launching the chunked backward");
+            last_workspace_ = plan.bytes;
+            return {};
+        }
         const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n, shared_limit_);
         GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
         GDN_CUDA_TRY(cuda::launch_token_backward(w, n, plan, workspace_->data(), stream_), "launching the per-token backward");
@@ -185,9 +192,7 @@ private:
     static constexpr int64_t kChunkedFromTokens = 64;
 
     // chunk_size = 1 in the context parameters asks for the per-token kernels throughout.
-    bool use_chunked_forward(const cuda::Sizes &n) const {
-        return chunk_size_ != 1 && n.T >= kChunkedFromTokens && cuda::chunk_forward_takes(n, shared_limit_);
-    }
+    bool use_chunked(const cuda::Sizes &n) const { return chunk_size_ != 1 && n.T >= kChunkedFromTokens; }
 
     int device_;
     cudaStream_t stream_;

@@ -21,6 +21,13 @@ cudaError_t launch_token_forward(const ForwardViews &views, const Sizes &sizes, 
 bool chunk_forward_takes(const Sizes &sizes, size_t shared_limit);
 cudaError_t launch_chunk_forward(const ForwardViews &views, const Sizes &sizes, cudaStream_t stream);
 
+// Chunked backward on tensor cores (chunk_backward.cu): where the chunked forward applies and
+// its larger shared memory fits.
+bool chunk_backward_takes(const Sizes &sizes, size_t shared_limit);
+ChunkBackwardPlan plan_chunk_backward(const Sizes &sizes);
+cudaError_t launch_chunk_backward(const BackwardViews &views, const Sizes &sizes, const ChunkBackwardPlan &plan, void *workspace,
+                                  cudaStream_t stream);
+
 // Per-token backward (token_backward.cu): a replayed forward with checkpoints, then the tokens
 // in reverse, then a fixed-order reduction of the per-column partial gradients.
 // shared_limit: the device's largest dynamic shared memory per block (opt-in).

@@ -26,4 +26,15 @@ struct TokenBackwardPlan {
     size_t checkpoints_offset = 0, sub_checkpoints_offset = 0, partials_offset = 0, bytes = 0;
 };
 
+// The chunked backward's workspace: the state before each chunk of 32 tokens (written by the
+// chunked forward kernel), and the per-slice partial gradient rows (the per-token backward's
+// layout, finished by the same reduction kernels).
+struct ChunkBackwardPlan {
+    int64_t chunks = 1;         // ceil(T / 32)
+    int slices = 1;             // Sv / 32
+    int64_t partial_width = 0;  // 2 Sk + 2: dq | dk | dg | dbeta
+    size_t shared_bytes = 0;    // dynamic shared memory of the chunk kernel
+    size_t checkpoints_offset = 0, partials_offset = 0, bytes = 0;  // bytes = SIZE_MAX: too large
+};
+
 }  // namespace gdn::cuda

@@ -5,4 +5,5 @@ set(GDN_CUDA_SOURCES
   cuda/workspace.cu
   cuda/token_forward.cu
   cuda/chunk_forward.cu
-  cuda/token_backward.cu)
+  cuda/token_backward.cu
+  cuda/chunk_backward.cu)

@@ -1,0 +1,301 @@
+// The chunked (WY) backward for scalar gates (GDA), ALGORITHM.md section 3, on tensor cores.
+//
+// One block per (unit, slice of 32 value columns) walks the chunks in reverse with the carry
+// dS = dL/dS (Sk x 32) in shared memory; the chunk-start states S0 come from the chunked
+// forward kernel (checkpoints). Per chunk it recomputes, as the forward does,
+//   M_rs = exp(gam_r - gam_s) k_r.k_s (s < r), A = (I + diag(beta) M)^-1,
+//   P_rs = exp(gam_r - gam_s) q_r.k_s (s <= r), R = V - diag(exp(gam)) K S0, Dm = A diag(beta) R,
+// then, with dOc = scale dO and Kl = diag(exp(gam_L - gam)) K:
+//   dDm = P^T dOc + Kl dS,  Y = A^T dDm,  dV = diag(beta) Y,  dbeta_r = Y_r . (R - M Dm)_r
+//   dP = dOc Dm^T (s <= r),  dM = -diag(beta) Y Dm^T (s < r)
+//   dQ = diag(exp(gam)) dOc S0^T + (dP o G) K
+//   dK = -diag(exp(gam) beta) Y S0^T + diag(exp(gam_L - gam)) Dm dS^T + (dP o G)^T Q + (dM o G) K + (dM o G)^T K
+//   dS <- exp(gam_L) dS + Q^T diag(exp(gam)) dOc - K^T diag(exp(gam) beta) Y      (the carry)
+// and the gate gradient without cancelling sums (every factor's exponent is a sum of g over
+// a range of tokens; a token's dg collects the factors whose range holds it):
+//   dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + sum_{s < t <= r} X_rs, where
+//   single_r = exp(gam_r) (dQg_r.q_r + dKg_r.k_r), link_r = exp(gam_L - gam_r) dKl_r.k_r,
+//   X_rs = dP_rs P_rs + dM_rs M_rs, w = exp(gam_L) sum(dS o S0).
+// Every gradient but dV sums over value columns: the block writes its slice's part per token
+// as a partial row [dq | dk | dg | dbeta] (the per-token backward's layout), and the same
+// fixed-order reduction kernels finish them (token_backward_kernel.cuh).
+//
+// Device code, included by chunk_backward.cu (nvcc) and by the host emulation test.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/chunk_forward_kernel.cuh"
+#include "cuda/plans.h"
+#include "cuda/warp_ops.cuh"
+
+namespace gdn::cuda {
+namespace {
+
+struct ChunkBackwardLayout {
+    int ldk, ldv, ldc;
+    int q, k, dq, dk, t1;                 // C x Sk
+    int s0, ds;                           // Sk x 32
+    int r, dm, doc, y, t2, t3;            // C x 32
+    int m, a, p, dp, dmm;                 // C x C
+    int gam, beta, single, link, dbeta, scratch;  // vectors of C (scratch: 32 floats)
+    int floats;
+};
+
+__host__ __device__ inline ChunkBackwardLayout chunk_backward_layout(int Sk) {
+    ChunkBackwardLayout L{};
+    L.ldk = Sk + 4, L.ldv = kSlice + 4, L.ldc = kChunk + 4;
+    int at = 0;
+    auto take = [&at](int count) {
+        const int region = at;
+        at += (count + 7) / 8 * 8;
+        return region;
+    };
+    L.q = take(kChunk * L.ldk), L.k = take(kChunk * L.ldk), L.dq = take(kChunk * L.ldk), L.dk = take(kChunk * L.ldk);
+    L.t1 = take(kChunk * L.ldk);
+    L.s0 = take(Sk * L.ldv), L.ds = take(Sk * L.ldv);
+    L.r = take(kChunk * L.ldv), L.dm = take(kChunk * L.ldv), L.doc = take(kChunk * L.ldv), L.y = take(kChunk * L.ldv);
+    L.t2 = take(kChunk * L.ldv), L.t3 = take(kChunk * L.ldv);
+    L.m = take(kChunk * L.ldc), L.a = take(kChunk * L.ldc), L.p = take(kChunk * L.ldc), L.dp = take(kChunk * L.ldc);
+    L.dmm = take(kChunk * L.ldc);
+    L.gam = take(kChunk), L.beta = take(kChunk), L.single = take(kChunk), L.link = take(kChunk), L.dbeta = take(kChunk);
+    L.scratch = take(32);
+    L.floats = at;
+    return L;
+}
+
+struct ChunkBackwardWork {
+    const float *checkpoints;  // [unit][chunk][Sv][Sk]: the state before each chunk
+    float *partials;           // [slice][unit][T][2 Sk + 2]
+    int64_t chunks, partial_width;
+};
+
+// Sum over the block of one value per thread, the same bits in every thread (fixed order).
+__device__ inline float block_sum(float x, float *scratch) {
+    x = warp_sum(x);
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+    __syncthreads();
+    float total = 0.0f;
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) total += scratch[k];
+    __syncthreads();
+    return total;
+}
+
+__global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardViews w, Sizes n, ChunkBackwardWork ws) {
+    namespace tile = gdn::cuda::tile;
+    using tile::col_major;
+    using tile::row_major;
+    extern __shared__ __align__(32) float shared[];
+    const ChunkBackwardLayout L = chunk_backward_layout(n.Sk);
+    float *Q = shared + L.q, *K = shared + L.k, *dQ = shared + L.dq, *dK = shared + L.dk, *T1 = shared + L.t1;
+    float *S0 = shared + L.s0, *dS = shared + L.ds;
+    float *R = shared + L.r, *Dm = shared + L.dm, *dOc = shared + L.doc, *Y = shared + L.y, *T2 = shared + L.t2, *T3 = shared + L.t3;
+    float *M = shared + L.m, *A = shared + L.a, *P = shared + L.p, *dP = shared + L.dp, *dM = shared + L.dmm;
+    float *gam = shared + L.gam, *beta = shared + L.beta, *single = shared + L.single, *link = shared + L.link;
+    float *dbeta = shared + L.dbeta, *scratch = shared + L.scratch;
+    const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x;
+    const int slice = blockIdx.x, j0 = slice * kSlice, h = blockIdx.y, b = blockIdx.z;
+    const int kh = n.key_head(h), bq = n.qk_sequence(b);
+    const int64_t unit = static_cast<int64_t>(b) * n.Hv + h;
+    constexpr int C = kChunk;
+
+    // The carry starts as the final state's gradient (K <= 1: slot 0 only).
+    for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+        const int i = idx / kSlice, c = idx % kSlice;
+        dS[i * L.ldv + c] = w.d_states.present() ? *w.d_states.at(i, j0 + c, h, b) : 0.0f;
+    }
+
+    for (int64_t chunk = ws.chunks - 1; chunk >= 0; --chunk) {
+        const int64_t t0 = chunk * C;
+        const int len = n.T - t0 < C ? static_cast<int>(n.T - t0) : C;
+        __syncthreads();  // the previous chunk is done with every buffer
+        // Load the chunk (rows past len are zero) and its start state.
+        for (int idx = tid; idx < C * Sk; idx += threads) {
+            const int r = idx / Sk, i = idx % Sk;
+            Q[r * L.ldk + i] = r < len ? *w.q.at(i, kh, t0 + r, bq) : 0.0f;
+            K[r * L.ldk + i] = r < len ? *w.k.at(i, kh, t0 + r, bq) : 0.0f;
+        }
+        for (int idx = tid; idx < C * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            R[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
+            dOc[r * L.ldv + c] = (r < len && w.d_out.present()) ? n.scale * *w.d_out.at(j0 + c, h, t0 + r, b) : 0.0f;
+        }
+        const float *ckpt = ws.checkpoints + (unit * ws.chunks + chunk) * n.Sv * Sk;
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int c = idx / Sk, i = idx % Sk;
+            S0[i * L.ldv + c] = ckpt[static_cast<int64_t>(j0 + c) * Sk + i];
+        }
+        if (tid < C) {
+            beta[tid] = tid < len ? *w.beta.at(0, h, t0 + tid, b) : 0.0f;
+            const float g = tid < len ? *w.g.at(0, h, t0 + tid, b) : 0.0f;
+            gam[tid] = g < kGateFloor ? kGateFloor : g;
+        }
+        __syncthreads();
+        if (tid == 0)
+            for (int r = 1; r < C; ++r) gam[r] += gam[r - 1];
+        __syncthreads();
+        const float gam_last = gam[len - 1];
+
+        // Recompute M, A, P, R, Dm.
+        tile::block_gemm<row_major, col_major>(M, L.ldc, K, L.ldk, K, L.ldk, C, C, Sk, false);  // K K^T
+        tile::block_gemm<row_major, col_major>(P, L.ldc, Q, L.ldk, K, L.ldk, C, C, Sk, false);  // Q K^T
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, S0, L.ldv, C, kSlice, Sk, false);  // K S0
+        for (int idx = tid; idx < C * C; idx += threads) {
+            const int r = idx / C, s = idx % C;
+            const float decay = s <= r ? expf(gam[r] - gam[s]) : 0.0f;
+            M[r * L.ldc + s] = s < r ? decay * M[r * L.ldc + s] : 0.0f;
+            A[r * L.ldc + s] = s < r ? beta[r] * M[r * L.ldc + s] : 0.0f;  // L (same thread computed M above)
+            P[r * L.ldc + s] = s <= r ? decay * P[r * L.ldc + s] : 0.0f;
+        }
+        for (int idx = tid; idx < C * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            R[r * L.ldv + c] -= expf(gam[r]) * T2[r * L.ldv + c];  // R = V - Kg S0
+            T3[r * L.ldv + c] = beta[r] * R[r * L.ldv + c];
+        }
+        __syncthreads();
+        tile::block_unit_lower_inverse(A, L.ldc, C);
+        tile::block_gemm<row_major, row_major>(Dm, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);  // Dm = A beta R
+
+        // dDm = P^T dOc + Kl dS; Y = A^T dDm.
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, dS, L.ldv, C, kSlice, Sk, false);  // K dS
+        tile::block_gemm<col_major, row_major>(T3, L.ldv, P, L.ldc, dOc, L.ldv, C, kSlice, C, false);  // P^T dOc
+        for (int idx = tid; idx < C * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            T3[r * L.ldv + c] += expf(gam_last - gam[r]) * T2[r * L.ldv + c];
+        }
+        __syncthreads();
+        tile::block_gemm<col_major, row_major>(Y, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);  // Y = A^T dDm
+
+        // dV; dbeta = Y . (R - M Dm); dP, dM.
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, M, L.ldc, Dm, L.ldv, C, kSlice, C, false);  // M Dm
+        if (w.dv.present())
+            for (int idx = tid; idx < len * kSlice; idx += threads) {
+                const int r = idx / kSlice, c = idx % kSlice;
+                *w.dv.at(j0 + c, h, t0 + r, b) = beta[r] * Y[r * L.ldv + c];
+            }
+        if (tid < C) {
+            float sum = 0.0f;
+            for (int c = 0; c < kSlice; ++c) sum += Y[tid * L.ldv + c] * (R[tid * L.ldv + c] - T2[tid * L.ldv + c]);
+            dbeta[tid] = sum;
+        }
+        for (int idx = tid; idx < C * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            T3[r * L.ldv + c] = -beta[r] * Y[r * L.ldv + c];  // -diag(beta) Y
+        }
+        __syncthreads();
+        tile::block_gemm<row_major, col_major>(dP, L.ldc, dOc, L.ldv, Dm, L.ldv, C, C, kSlice, false);  // dOc Dm^T
+        tile::block_gemm<row_major, col_major>(dM, L.ldc, T3, L.ldv, Dm, L.ldv, C, C, kSlice, false);   // -beta Y Dm^T
+
+        // dQg = dOc S0^T, dKg = -beta Y S0^T, dKl = Dm dS^T, and their gate terms.
+        tile::block_gemm<row_major, col_major>(dQ, L.ldk, dOc, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
+        tile::block_gemm<row_major, col_major>(dK, L.ldk, T3, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
+        tile::block_gemm<row_major, col_major>(T1, L.ldk, Dm, L.ldv, dS, L.ldv, C, Sk, kSlice, false);
+        if (tid < C) {
+            float sq = 0.0f, sk = 0.0f, sl = 0.0f;
+            for (int i = 0; i < Sk; ++i) {
+                sq += dQ[tid * L.ldk + i] * Q[tid * L.ldk + i];
+                sk += dK[tid * L.ldk + i] * K[tid * L.ldk + i];
+                sl += T1[tid * L.ldk + i] * K[tid * L.ldk + i];
+            }
+            single[tid] = expf(gam[tid]) * (sq + sk);
+            link[tid] = expf(gam_last - gam[tid]) * sl;
+        }
+        float w_part = 0.0f;  // exp(gam_L) sum(dS o S0), before the carry changes
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int i = idx / kSlice, c = idx % kSlice;
+            w_part += dS[i * L.ldv + c] * S0[i * L.ldv + c];
+        }
+        const float w_gate = expf(gam_last) * block_sum(w_part, scratch);  // (its barriers order the dots above too)
+        for (int idx = tid; idx < C * Sk; idx += threads) {
+            const int r = idx / Sk, i = idx % Sk;
+            dQ[r * L.ldk + i] *= expf(gam[r]);
+            dK[r * L.ldk + i] = expf(gam[r]) * dK[r * L.ldk + i] + expf(gam_last - gam[r]) * T1[r * L.ldk + i];
+        }
+        // Gate-masked dP and dM (the gradients of the undecayed products), in place after their gate terms.
+        if (tid < C) {
+            // dg_t for t = tid: w + suffix of single + prefix of link + pairs s < t <= r.
+            const int t = tid;
+            float dg = w_gate;
+            for (int r = t; r < C; ++r) dg += single[r];
+            for (int r = 0; r < t; ++r) dg += link[r];
+            for (int r = t; r < C; ++r)
+                for (int s = 0; s < t; ++s) dg += dP[r * L.ldc + s] * P[r * L.ldc + s] + dM[r * L.ldc + s] * M[r * L.ldc + s];
+            scratch[t] = dg;  // read back after the barrier below
+        }
+        __syncthreads();
+        for (int idx = tid; idx < C * C; idx += threads) {
+            const int r = idx / C, s = idx % C;
+            const float decay = s <= r ? expf(gam[r] - gam[s]) : 0.0f;
+            dP[r * L.ldc + s] = s <= r ? dP[r * L.ldc + s] * decay : 0.0f;
+            dM[r * L.ldc + s] = s < r ? dM[r * L.ldc + s] * decay : 0.0f;
+        }
+        __syncthreads();
+        tile::block_gemm<row_major, row_major>(dQ, L.ldk, dP, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dP o G) K
+        tile::block_gemm<col_major, row_major>(dK, L.ldk, dP, L.ldc, Q, L.ldk, C, Sk, C, true);   // + (dP o G)^T Q
+        tile::block_gemm<row_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dM o G) K
+        tile::block_gemm<col_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dM o G)^T K
+
+        // The partial rows of this slice: [dq | dk | dg | dbeta].
+        for (int idx = tid; idx < len * (2 * Sk + 2); idx += threads) {
+            const int r = idx / (2 * Sk + 2), x = idx % (2 * Sk + 2);
+            const float value = x < Sk ? dQ[r * L.ldk + x] : x < 2 * Sk ? dK[r * L.ldk + x - Sk] : x == 2 * Sk ? scratch[r] : dbeta[r];
+            ws.partials[((static_cast<int64_t>(slice) * n.B * n.Hv + unit) * n.T + t0 + r) * ws.partial_width + x] = value;
+        }
+
+        // The carry: dS = exp(gam_L) dS + Q^T diag(exp(gam)) dOc - K^T diag(exp(gam) beta) Y.
+        for (int idx = tid; idx < C * kSlice; idx += threads) {
+            const int r = idx / kSlice, c = idx % kSlice;
+            T2[r * L.ldv + c] = expf(gam[r]) * dOc[r * L.ldv + c];
+            T3[r * L.ldv + c] = -expf(gam[r]) * beta[r] * Y[r * L.ldv + c];
+        }
+        const float decay_last = expf(gam_last);
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) dS[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
+        __syncthreads();
+        tile::block_gemm<col_major, row_major>(dS, L.ldv, Q, L.ldk, T2, L.ldv, Sk, kSlice, C, true);
+        tile::block_gemm<col_major, row_major>(dS, L.ldv, K, L.ldk, T3, L.ldv, Sk, kSlice, C, true);
+    }
+
+    if (w.ds0.present())
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int i = idx / kSlice, c = idx % kSlice;
+            *w.ds0.at(i, j0 + c, h, b) = dS[i * L.ldv + c];
+        }
+}
+
+inline size_t chunk_backward_shared_bytes(int Sk) { return sizeof(float) * static_cast<size_t>(chunk_backward_layout(Sk).floats); }
+
+inline bool chunk_backward_eligible(const Sizes &n, size_t shared_limit) {
+    return chunk_forward_eligible(n, shared_limit) && chunk_backward_shared_bytes(n.Sk) <= shared_limit;
+}
+
+inline ChunkBackwardPlan make_chunk_backward_plan(const Sizes &n) {
+    ChunkBackwardPlan plan;
+    plan.chunks = (n.T + kChunk - 1) / kChunk;
+    plan.slices = n.Sv / kSlice;
+    plan.partial_width = 2 * static_cast<int64_t>(n.Sk) + 2;
+    plan.shared_bytes = chunk_backward_shared_bytes(n.Sk);
+    const double units = static_cast<double>(n.B) * n.Hv;
+    const double checkpoints = 4.0 * units * static_cast<double>(plan.chunks) * n.Sv * n.Sk;
+    const double partials = 4.0 * plan.slices * units * static_cast<double>(n.T) * static_cast<double>(plan.partial_width);
+    if (checkpoints + partials > 0x1p62) {
+        plan.bytes = SIZE_MAX;
+        return plan;
+    }
+    plan.checkpoints_offset = 0;
+    plan.partials_offset = (static_cast<size_t>(checkpoints) + 255) / 256 * 256;
+    plan.bytes = plan.partials_offset + (static_cast<size_t>(partials) + 255) / 256 * 256;
+    return plan;
+}
+
+// The chunked forward's views for the backward's checkpoint pass.
+inline ForwardViews chunk_checkpoint_views(const BackwardViews &w, float *checkpoints, int64_t chunks) {
+    ForwardViews f;
+    f.q = w.q, f.k = w.k, f.v = w.v, f.g = w.g, f.beta = w.beta, f.s0 = w.s0;
+    f.checkpoints = checkpoints;
+    f.checkpoint_every = kChunk;
+    f.checkpoint_count = chunks;
+    return f;
+}
+
+}  // namespace
+}  // namespace gdn::cuda
