@@ -90,7 +90,7 @@ fi
 
 echo
 echo "== timings (cuda_bench, 27B shape, B = 1; targets at T = 4096: fwd < 0.35 ms, bwd < 1.1 ms)"
-[ -f "$LOG/bench-27b.log" ] && grep -E '^(op|fwd|fwd-tok|bwd) ' "$LOG/bench-27b.log"
+[ -f "$LOG/bench-27b.log" ] && grep -E '^(op|fwd|fwd-tok|bwd|bwd-tok) ' "$LOG/bench-27b.log"
 echo
 echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1), sm_$ARCH; logs in $LOG)"
 printf '%-20s %-46s %8s\n' step result seconds

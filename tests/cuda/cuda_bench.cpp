@@ -3,7 +3,7 @@
 // Per T: median over timed calls (CUDA events around each call, at least 0.3 s and 5 calls) of
 // the forward (out and final state) as the backend chooses it ("fwd": chunked from T = 64) and
 // with the per-token kernel forced ("fwd-tok", chunk_size = 1), and the backward (every
-// gradient).
+// gradient) likewise ("bwd", "bwd-tok").
 //
 //   cuda_bench [T ...]        default: 1 512 4096
 #include <cuda_runtime_api.h>
@@ -137,6 +137,11 @@ int main(int argc, char **argv) {
         const uint64_t bwd_ws = gdn_context_workspace_bytes(ctx);
         if (status != GDN_OK) std::fprintf(stderr, "backward T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx));
         failures += status != GDN_OK;
+        status = GDN_OK;
+        const double bwd_token = median_ms([&] { status = status != GDN_OK ? status : gdn_backward(ctx_token, &p, &dO, nullptr, &grads); });
+        const uint64_t bwd_token_ws = gdn_context_workspace_bytes(ctx_token);
+        if (status != GDN_OK) std::fprintf(stderr, "backward (per-token) T=%lld: %s\n", static_cast<long long>(T), gdn_last_error(ctx_token));
+        failures += status != GDN_OK;
         check(cudaDeviceSynchronize(), "after the timed calls");
 
         const double per_token_flops = double(Hv) * B * Sk * Sv;  // SPEC section 8: 8 and 24 flops per state entry
@@ -146,6 +151,9 @@ int main(int argc, char **argv) {
                     T * B / (fwd_token * 1e-3), 8 * per_token_flops * T / (fwd_token * 1e6), 0ULL);
         std::printf("%-8s %-6lld %12.4f %12.4g %14.1f %16llu\n", "bwd", static_cast<long long>(T), bwd, T * B / (bwd * 1e-3),
                     24 * per_token_flops * T / (bwd * 1e6), static_cast<unsigned long long>(bwd_ws));
+        std::printf("%-8s %-6lld %12.4f %12.4g %14.1f %16llu\n", "bwd-tok", static_cast<long long>(T), bwd_token,
+                    T * B / (bwd_token * 1e-3), 24 * per_token_flops * T / (bwd_token * 1e6),
+                    static_cast<unsigned long long>(bwd_token_ws));
         for (float *ptr : {qkv, g, beta, s0, out, state, d_out, grad_qk, grad_v, grad_gb, grad_s0}) cudaFree(ptr);
     }
     gdn_context_free(ctx);

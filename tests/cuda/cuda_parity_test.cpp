@@ -157,15 +157,20 @@ TEST_P(CudaParity, BackwardMatchesRef) {
     const Case c = GetParam();
     const Problem p = make_problem(c);
     const Seeds seeds = make_seeds(c);
-    Context ref = make_context("ref"), gpu = make_context("cuda");
+    Context ref = make_context("ref");
     const BackwardResult want = run_backward(ref.get(), p, seeds.d_out, seeds.d_states, false);
-    const BackwardResult got = run_backward(gpu.get(), p, seeds.d_out, seeds.d_states, true);
-    EXPECT_LT(nmse(got.dq.host, want.dq.host), kBackwardNmse) << "dq of " << c.name();
-    EXPECT_LT(nmse(got.dk.host, want.dk.host), kBackwardNmse) << "dk of " << c.name();
-    EXPECT_LT(nmse(got.dv.host, want.dv.host), kBackwardNmse) << "dv of " << c.name();
-    EXPECT_LT(nmse(got.dg.host, want.dg.host), kBackwardNmse) << "dg of " << c.name();
-    EXPECT_LT(nmse(got.dbeta.host, want.dbeta.host), kBackwardNmse) << "dbeta of " << c.name();
-    if (c.with_s0) EXPECT_LT(nmse(got.ds0.host, want.ds0.host), kBackwardNmse) << "ds0 of " << c.name();
+    // The kernels the backend picks (chunked from T = 64 where they apply), then per-token forced.
+    for (int chunk_size : {0, 1}) {
+        SCOPED_TRACE(chunk_size == 1 ? "per-token kernels" : "default kernels");
+        Context gpu = make_context("cuda", nullptr, chunk_size);
+        const BackwardResult got = run_backward(gpu.get(), p, seeds.d_out, seeds.d_states, true);
+        EXPECT_LT(nmse(got.dq.host, want.dq.host), kBackwardNmse) << "dq of " << c.name();
+        EXPECT_LT(nmse(got.dk.host, want.dk.host), kBackwardNmse) << "dk of " << c.name();
+        EXPECT_LT(nmse(got.dv.host, want.dv.host), kBackwardNmse) << "dv of " << c.name();
+        EXPECT_LT(nmse(got.dg.host, want.dg.host), kBackwardNmse) << "dg of " << c.name();
+        EXPECT_LT(nmse(got.dbeta.host, want.dbeta.host), kBackwardNmse) << "dbeta of " << c.name();
+        if (c.with_s0) EXPECT_LT(nmse(got.ds0.host, want.ds0.host), kBackwardNmse) << "ds0 of " << c.name();
+    }
 }
 
 TEST_P(CudaParity, BackwardWithoutIncomingStateGradient) {
