@@ -79,11 +79,12 @@ else
 fi
 if [ -x "$BENCH" ]; then run bench-27b 60 "$BENCH" 1 512 4096; else skip bench-27b "cuda_bench not built"; fi
 
-SMALL='CudaContract.*:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7'
+# Small cases of every kernel: per-token (case0-2, 5-7), chunked forward and backward (case8), tile ops.
+SMALL='CudaContract.*:TileOpsGpu.*:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7:Shapes/CudaParity.*/case8'
 if command -v compute-sanitizer >/dev/null && [ -x "$TESTS" ]; then
     run memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_brief=1 --gtest_filter="$SMALL"
     run racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_brief=1 \
-        --gtest_filter="Shapes/CudaParity.Backward*/case1:Shapes/CudaParity.Backward*/case5:Shapes/CudaParity.Forward*/case1"
+        --gtest_filter="TileOpsGpu.*:Shapes/CudaParity.BackwardMatchesRef/case1:Shapes/CudaParity.BackwardMatchesRef/case5:Shapes/CudaParity.BackwardMatchesRef/case8:Shapes/CudaParity.ForwardMatchesRef/case1"
 else
     skip memcheck "compute-sanitizer or the tests missing"; skip racecheck "compute-sanitizer or the tests missing"
 fi
