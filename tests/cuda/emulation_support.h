@@ -1,0 +1,128 @@
+// What the emulated kernel tests share: host tensors, problem shapes and random inputs, the
+// ref context and the metric. Include after fake_cuda.h and the kernel headers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/device_views.h"
+#include "gdn/gdn.h"
+
+namespace gdn_emulation {
+
+using gdn::cuda::Sizes;
+using gdn::cuda::View;
+
+struct HostTensor {
+    std::vector<float> data;
+    gdn_tensor t{};
+
+    HostTensor() = default;
+    HostTensor(int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, float fill = 0.0f, int64_t pad = 0) {
+        const int64_t row = ne0 + pad;
+        data.assign(static_cast<size_t>(row * ne1 * ne2 * ne3), fill);
+        t.data = data.data();
+        t.type = GDN_TYPE_F32;
+        const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+        const int64_t nb[4] = {4, 4 * row, 4 * row * ne1, 4 * row * ne1 * ne2};
+        std::memcpy(t.ne, ne, sizeof ne);
+        std::memcpy(t.nb, nb, sizeof nb);
+    }
+    HostTensor(const HostTensor &o) : data(o.data), t(o.t) { t.data = data.empty() ? nullptr : data.data(); }
+    HostTensor &operator=(const HostTensor &o) {
+        data = o.data;
+        t = o.t;
+        t.data = data.empty() ? nullptr : data.data();
+        return *this;
+    }
+    View view() const {
+        if (data.empty()) return View{};
+        return View{const_cast<float *>(data.data()), t.nb[1] / 4, t.nb[2] / 4, t.nb[3] / 4};
+    }
+};
+
+struct Shape {
+    int Sk, Sv, Hk, Hv;
+    int64_t T;
+    int B, Bq, K;
+    bool kda, grouped, s0;
+    bool extremes = false;  // g = -120 every third token, mixed-sign KDA gates, beta in {0, 1}
+};
+
+inline void PrintTo(const Shape &s, std::ostream *os) {
+    *os << "Sk=" << s.Sk << ",Sv=" << s.Sv << ",Hk=" << s.Hk << ",Hv=" << s.Hv << ",T=" << s.T << ",B=" << s.B << ",Bq=" << s.Bq
+        << ",K=" << s.K << (s.kda ? ",kda" : ",gda") << (s.grouped ? ",grouped" : ",tiled") << (s.s0 ? ",s0" : "")
+        << (s.extremes ? ",extremes" : "");
+}
+
+struct Inputs {
+    Shape s;
+    HostTensor q, k, v, g, beta, s0;
+    gdn_problem problem() const {
+        gdn_problem p{};
+        p.q = q.t, p.k = k.t, p.v = v.t, p.g = g.t, p.beta = beta.t;
+        if (s.s0) p.state = s0.t;
+        p.head_map = s.grouped ? GDN_HEAD_MAP_GROUPED : GDN_HEAD_MAP_TILED;
+        return p;
+    }
+    Sizes sizes() const {
+        Sizes n;
+        n.Sk = s.Sk, n.Sv = s.Sv, n.Hk = s.Hk, n.Hv = s.Hv, n.B = s.B, n.Bq = s.Bq, n.K = s.K;
+        n.gate_width = s.kda ? s.Sk : 1;
+        n.grouped = s.grouped;
+        n.T = s.T;
+        n.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.Sk)));
+        return n;
+    }
+};
+
+inline Inputs make_inputs(const Shape &s, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f), gate(-0.4f, -0.01f), b01(0.0f, 1.0f);
+    Inputs in{s,
+              HostTensor(s.Sk, s.Hk, s.T, s.Bq),
+              HostTensor(s.Sk, s.Hk, s.T, s.Bq, 0.0f, 3),  // padded rows: strides that are not sizes
+              HostTensor(s.Sv, s.Hv, s.T, s.B),
+              HostTensor(s.kda ? s.Sk : 1, s.Hv, s.T, s.B),
+              HostTensor(1, s.Hv, s.T, s.B),
+              s.s0 ? HostTensor(s.Sk, s.Sv, s.Hv, s.B) : HostTensor()};
+    for (float &x : in.q.data) x = unit(rng);
+    for (float &x : in.k.data) x = 0.3f * unit(rng);
+    for (float &x : in.v.data) x = unit(rng);
+    for (float &x : in.g.data) x = gate(rng);
+    for (float &x : in.beta.data) x = b01(rng);
+    if (s.extremes) {
+        std::uniform_real_distribution<float> mixed(-0.5f, 0.3f);
+        const int64_t gw = s.kda ? s.Sk : 1;
+        for (size_t i = 0; i < in.g.data.size(); ++i) {
+            const int64_t t = static_cast<int64_t>(i) / (gw * s.Hv) % s.T;  // g is [gw, Hv, T, B], contiguous
+            in.g.data[i] = t % 3 == 1 ? -120.0f : s.kda ? mixed(rng) : in.g.data[i];
+        }
+        for (size_t i = 0; i < in.beta.data.size(); ++i) in.beta.data[i] = static_cast<float>(i % 2);
+    }
+    for (float &x : in.s0.data) x = 0.5f * unit(rng);
+    return in;
+}
+
+inline double nmse(const std::vector<float> &a, const std::vector<float> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(b[i]) * b[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+struct RefContext {
+    gdn_context *ctx = nullptr;
+    RefContext() { EXPECT_EQ(gdn_context_create("ref", nullptr, &ctx), GDN_OK); }
+    ~RefContext() { gdn_context_free(ctx); }
+};
+
+}  // namespace gdn_emulation
