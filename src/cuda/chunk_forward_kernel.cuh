@@ -6,7 +6,7 @@
 //   Gk = K K^T, Gq = Q K^T                                    (3xTF32 WMMA, block_gemm)
 //   L_rs = beta_r exp(gam_r - gam_s) Gk_rs (s < r), A = (I + L)^-1   (F32, row by row)
 //   P_rs = exp(gam_r - gam_s) Gq_rs (s <= r)
-//   W' = -A diag(beta exp(gam)) K,  U = A diag(beta) V,  Dm = U + W' S   (Dm: the deltas)
+//   Dm = A diag(beta) (V - diag(exp(gam)) K S)                 (the deltas; = U - W S)
 //   O = scale (diag(exp(gam)) Q S + P Dm)
 //   S <- exp(gam_L) S + (diag(exp(gam_L - gam)) K)^T Dm
 // Every exponent is a difference gam_r - gam_s with s <= r, gam_r, or gam_L - gam_r: <= 0 for
@@ -36,7 +36,7 @@ constexpr float kGateFloor = -1.0e4f;
 // Shared-memory regions (float offsets, each 32-byte aligned) for key head size Sk.
 struct ChunkLayout {
     int ldk, ldv, ldc;                       // leading dimensions: rows of Sk, of 32 columns, of 32 tokens
-    int q, k, x, w, s, v, u, gk, gq, o;      // matrices
+    int q, k, s, v, u, gk, gq, o;            // matrices
     int gam, beta;                           // per-token vectors
     int floats;
 };
@@ -52,11 +52,9 @@ __host__ __device__ inline ChunkLayout chunk_layout(int Sk) {
     };
     L.q = take(kChunk * L.ldk);   // Q, then diag(exp(gam)) Q
     L.k = take(kChunk * L.ldk);   // K, then diag(exp(gam_L - gam)) K
-    L.x = take(kChunk * L.ldk);   // -diag(beta exp(gam)) K
-    L.w = take(kChunk * L.ldk);   // W'
     L.s = take(Sk * L.ldv);       // the state slice, S[i][c] at s + i ldv + c
-    L.v = take(kChunk * L.ldv);   // V, then diag(beta) V
-    L.u = take(kChunk * L.ldv);   // U, then Dm
+    L.v = take(kChunk * L.ldv);   // V, then diag(beta) (V - diag(exp(gam)) K S)
+    L.u = take(kChunk * L.ldv);   // K S, then Dm
     L.gk = take(kChunk * L.ldc);  // K K^T, then L, then A
     L.gq = take(kChunk * L.ldc);  // Q K^T, then P
     L.o = take(kChunk * L.ldv);   // the output rows
@@ -72,7 +70,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
     using tile::row_major;
     extern __shared__ __align__(32) float shared[];
     const ChunkLayout L = chunk_layout(n.Sk);
-    float *Q = shared + L.q, *K = shared + L.k, *X = shared + L.x, *W = shared + L.w, *S = shared + L.s;
+    float *Q = shared + L.q, *K = shared + L.k, *S = shared + L.s;
     float *V = shared + L.v, *U = shared + L.u, *Gk = shared + L.gk, *Gq = shared + L.gq, *O = shared + L.o;
     float *gam = shared + L.gam, *beta = shared + L.beta;
     const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x;
@@ -117,25 +115,20 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
 
         tile::block_gemm<row_major, col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, Sk, false);  // K K^T
         tile::block_gemm<row_major, col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, Sk, false);  // Q K^T
+        tile::block_gemm<row_major, row_major>(U, L.ldv, K, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);     // K S
         for (int idx = tid; idx < kChunk * kChunk; idx += threads) {
             const int r = idx / kChunk, s = idx % kChunk;
             const float decay = s <= r ? expf(gam[r] - gam[s]) : 0.0f;
             Gk[r * L.ldc + s] = s < r ? beta[r] * decay * Gk[r * L.ldc + s] : 0.0f;  // L
             Gq[r * L.ldc + s] = s <= r ? decay * Gq[r * L.ldc + s] : 0.0f;           // P
         }
-        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
-            const int r = idx / Sk, i = idx % Sk;
-            X[r * L.ldk + i] = -beta[r] * expf(gam[r]) * K[r * L.ldk + i];
-        }
         for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            V[r * L.ldv + c] *= beta[r];
+            V[r * L.ldv + c] = beta[r] * (V[r * L.ldv + c] - expf(gam[r]) * U[r * L.ldv + c]);  // beta R
         }
         __syncthreads();
         tile::block_unit_lower_inverse(Gk, L.ldc, kChunk);  // A = (I + L)^-1
-        tile::block_gemm<row_major, row_major>(W, L.ldk, Gk, L.ldc, X, L.ldk, kChunk, Sk, kChunk, false);     // W' = A X
-        tile::block_gemm<row_major, row_major>(U, L.ldv, Gk, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // U = A beta V
-        tile::block_gemm<row_major, row_major>(U, L.ldv, W, L.ldk, S, L.ldv, kChunk, kSlice, Sk, true);        // Dm = U + W' S
+        tile::block_gemm<row_major, row_major>(U, L.ldv, Gk, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // Dm = A beta R
 
         for (int idx = tid; idx < kChunk * Sk; idx += threads) {
             const int r = idx / Sk, i = idx % Sk;
