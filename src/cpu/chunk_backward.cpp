@@ -1,0 +1,330 @@
+// The chunked backward of one group (ALGORITHM.md section 3), chunks in reverse.
+//
+// Per unit and chunk, with dSL = dL/dS_L carried from the later chunk and dOc = scale * dO:
+//   dDm = P^T dOc + Kl dSL,           Y = A^T dDm
+//   dS0 = gL o dSL + Qg^T dOc - Kg^T diag(beta) Y          (carried to the earlier chunk)
+//   dQg = dOc S0^T,   dKg = -diag(beta) Y S0^T,   dKl = Dm dSL^T
+//   dP  = dOc Dm^T (s <= r),   dM = -diag(beta) Y Dm^T (s < r)
+//   dV  = diag(beta) Y,   dbeta_r = Y_r . (R - M Dm)_r
+// (Dm = A diag(beta) R gives dA = dDm (beta o R)^T, dLmat = -A^T dA A^T = -Y Dm^T, dM = diag(beta) dLmat.)
+// The gate gradient is assembled per token without cancelling sums: every exp(gam_r - gam_s)
+// factor (pairs s < r inside the chunk, and (L, r) for Kl) contributes to dg_t only for
+// s < t <= r, every exp(gam_r) factor (Qg, Kg) to dg_t for t <= r, and gL to every t.
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+
+#include "core/tensor.h"
+#include "cpu/chunk_drivers.h"
+#include "cpu/gemm.h"
+
+namespace gdn::cpu {
+
+BackwardLayout BackwardLayout::of(int64_t chunks, int64_t T, int64_t max_chunk) {
+    const int64_t max_checkpoints = (T + max_chunk - 1) / max_chunk + 1;
+    BackwardLayout l;
+    l.chunks_per_segment = std::max<int64_t>(1, (chunks + max_checkpoints - 1) / max_checkpoints);
+    l.segments = (chunks + l.chunks_per_segment - 1) / l.chunks_per_segment;
+    return l;
+}
+
+void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout) {
+    const int64_t C = max_chunk, Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
+    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+    chunk.resize(d, max_chunk);
+    checkpoints.resize(layout.segments * units * area);
+    replay.resize(units * layout.chunks_per_segment * area);
+    carries.resize(units * area);
+    ds0.resize(area);
+    d_state.resize(area);
+    doy.resize(2 * C * Sv);
+    y.resize(C * Sv);
+    ddm.resize(C * Sv);
+    z.resize(C * Sv);
+    dqkg.resize(2 * C * Sk);
+    dkl.resize(C * Sk);
+    dkinv.resize(gw != 1 ? C * Sk : 0);
+    dpm.resize(2 * C * C);
+    gp.resize(gw == 1 ? C * C : 0);
+    gm.resize(gw == 1 ? C * C : 0);
+    dq.resize(C * Sk);
+    dk.resize(C * Sk);
+    for (auto *v : {&single, &link, &pair, &acc, &dgam}) v->resize(C * gw);
+    wterm.resize(gw);
+    row.resize(std::max(Sv, gw));
+}
+
+uint64_t BackwardWork::bytes() const {
+    uint64_t n = chunk.bytes();
+    for (const auto *v : {&checkpoints, &replay, &carries, &ds0, &d_state, &doy, &y, &ddm, &z, &dqkg, &dkl, &dkinv,
+                          &dpm, &gp, &gm, &dq, &dk, &row})
+        n += v->size() * sizeof(float);
+    for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
+    return n;
+}
+
+namespace {
+
+float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
+    return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
+}
+
+// dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
+void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardWork &w) {
+    for (int64_t c = 0; c < gw; ++c) {
+        double suffix = 0.0, prefix = 0.0;
+        for (int64_t t = L - 1; t >= 0; --t) {
+            suffix += w.single[t * gw + c];
+            w.dgam[t * gw + c] = wsum[c] + suffix + w.pair[t * gw + c];
+        }
+        for (int64_t t = 0; t < L; ++t) {
+            w.dgam[t * gw + c] += prefix;
+            prefix += w.link[t * gw + c];
+        }
+    }
+}
+
+// The backward of one unit over one chunk. On entry dsl = dL/dS_L; on exit dL/dS0.
+void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0, float *dsl,
+                         BackwardWork &w) {
+    const Dims &d = a.dims;
+    ChunkScratch &c = w.chunk;
+    const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
+    const bool kda = gw != 1;
+    float *pack = c.pack.data();
+    prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, true, c);
+    solve_deltas(s0, L, c);
+    const float *P = c.p.data(), *M = c.m.data(), *A = c.a.data(), *Dm = c.dm.data();
+    const float *Qg = c.qg(), *Kg = c.kg(L);
+
+    float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
+    const float scale = static_cast<float>(d.scale);
+    for (int64_t r = 0; r < L; ++r) {
+        float *dst = doc + r * Sv;
+        if (a.d_out) {
+            const float *src = row_ptr(*a.d_out, unit.h, t0 + r, unit.b);
+            for (int64_t j = 0; j < Sv; ++j) dst[j] = scale * src[j];
+        } else {
+            std::fill(dst, dst + Sv, 0.0f);
+        }
+    }
+    // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  nby = -beta o Y.
+    gemm(L, Sv, L, 1.0f, transposed(P, L), rows(doc, Sv), false, w.ddm.data(), Sv, pack);
+    gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
+    gemm(L, Sv, L, 1.0f, transposed(A, L), rows(w.ddm.data(), Sv), false, w.y.data(), Sv, pack);
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t j = 0; j < Sv; ++j) nby[r * Sv + j] = -c.beta[r] * w.y[r * Sv + j];
+    // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
+    for (int64_t i = 0; i < Sk; ++i) {
+        const float g = c.gl[kda ? i : 0];
+        for (int64_t j = 0; j < Sv; ++j) w.ds0[i * Sv + j] = g * dsl[i * Sv + j];
+    }
+    gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, w.ds0.data(), Sv, pack);
+    // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T.
+    gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
+    gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
+    gemm(2 * L, L, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(Dm, Sv), false, w.dpm.data(), L, pack);
+    float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t s = r; s < L; ++s) {
+            if (s > r) dP[r * L + s] = 0.0f;
+            dM[r * L + s] = 0.0f;
+        }
+    // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r.
+    std::copy_n(c.r.data(), L * Sv, w.z.data());
+    gemm(L, Sv, L, -1.0f, rows(M, L), rows(Dm, Sv), true, w.z.data(), Sv, pack);
+    for (int64_t r = 0; r < L; ++r) {
+        float dbeta = 0.0f;
+        for (int64_t j = 0; j < Sv; ++j) dbeta += w.y[r * Sv + j] * w.z[r * Sv + j];
+        if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dbeta;
+        if (a.dv) {
+            float *dv = row_ptr(*a.dv, unit.h, t0 + r, unit.b);
+            for (int64_t j = 0; j < Sv; ++j) dv[j] = c.beta[r] * w.y[r * Sv + j];
+        }
+    }
+
+    // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
+    const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
+    std::vector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
+    std::fill_n(single.begin(), L * gw, 0.0);
+    std::fill_n(link.begin(), L * gw, 0.0);
+    std::fill_n(pair.begin(), L * gw, 0.0);
+    std::fill_n(acc.begin(), L * gw, 0.0);
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t i = 0; i < Sk; ++i) {
+            const int64_t ch = kda ? i : 0;
+            single[r * gw + ch] += double(dQg[r * Sk + i]) * Qg[r * Sk + i] + double(dKg[r * Sk + i]) * Kg[r * Sk + i];
+            link[r * gw + ch] += double(w.dkl[r * Sk + i]) * c.kl[r * Sk + i];
+        }
+    // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum).
+    double *wterm = w.wterm.data();
+    std::fill_n(wterm, gw, 0.0);
+    for (int64_t i = 0; i < Sk; ++i) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < Sv; ++j) sum += double(dsl[i * Sv + j]) * s0[i * Sv + j];
+        wterm[kda ? i : 0] += sum;
+    }
+    for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
+
+    if (!kda) {
+        // Pairs X_rs = dP_rs P_rs + dM_rs M_rs (s < r); dg_t gets sum over s < t <= r.
+        for (int64_t t = L - 1; t >= 1; --t) {
+            double total = 0.0;
+            for (int64_t s = 0; s < t; ++s) {
+                acc[s] += double(dP[t * L + s]) * P[t * L + s] + double(dM[t * L + s]) * M[t * L + s];
+                total += acc[s];
+            }
+            pair[t] = total;
+        }
+        // The group's dq, dk: row-scaled single terms here; P and M terms through gp, gm.
+        for (int64_t r = 0; r < L; ++r) {
+            const float e = c.e[r], f = c.f[r];
+            for (int64_t i = 0; i < Sk; ++i) {
+                w.dq[r * Sk + i] += e * dQg[r * Sk + i];
+                w.dk[r * Sk + i] += e * dKg[r * Sk + i] + f * w.dkl[r * Sk + i];
+            }
+            for (int64_t s = 0; s <= r; ++s) {
+                const float gam = s == r ? 1.0f : c.gam_mat[r * L + s];
+                w.gp[r * L + s] += dP[r * L + s] * gam;
+                if (s < r) w.gm[r * L + s] += dM[r * L + s] * gam;
+            }
+        }
+    } else {
+        // Pairs per channel: X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri) Kinv_si for s < r.
+        const float *Kinv = c.kinv.data();
+        if (L > 1) {
+            for (int64_t t = L - 1; t >= 1; --t) {
+                for (int64_t s = 0; s < t; ++s) {
+                    const float cp = dP[t * L + s], cm = dM[t * L + s];
+                    for (int64_t i = 0; i < Sk; ++i)
+                        acc[s * gw + i] += double(cp * Qg[t * Sk + i] + cm * Kg[t * Sk + i]) * Kinv[s * Sk + i];
+                }
+                for (int64_t s = 0; s < t; ++s)
+                    for (int64_t i = 0; i < Sk; ++i) pair[t * gw + i] += acc[s * gw + i];
+            }
+        }
+        // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
+        for (int64_t r = 0; r < L; ++r) {
+            const float dpr = dP[r * L + r];
+            for (int64_t i = 0; i < Sk; ++i) {
+                w.dq[r * Sk + i] += dpr * c.k[r * Sk + i];
+                w.dk[r * Sk + i] += dpr * c.q[r * Sk + i];
+            }
+            dP[r * L + r] = 0.0f;
+        }
+        if (L > 1) {
+            // dKinv = [dP; dM]^T [Qg; Kg];  [dQg; dKg] += [dP; dM] Kinv.
+            gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
+            gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
+        }
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t i = 0; i < Sk; ++i) {
+                const int64_t n = r * Sk + i;
+                w.dq[n] += c.e[n] * dQg[n];
+                w.dk[n] += c.e[n] * dKg[n] + c.f[n] * w.dkl[n] + (L > 1 ? c.einv[n] * w.dkinv[n] : 0.0f);
+            }
+    }
+    assemble_gate_gradient(L, gw, wterm, w);
+    if (a.dg)
+        for (int64_t r = 0; r < L; ++r) {
+            float *dg = row_ptr(*a.dg, unit.h, t0 + r, unit.b);
+            for (int64_t ch = 0; ch < gw; ++ch) dg[ch] = static_cast<float>(w.dgam[r * gw + ch]);
+        }
+    std::copy_n(w.ds0.data(), area, dsl);
+}
+
+}  // namespace
+
+void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                    BackwardWork &w) {
+    const Dims &d = a.dims;
+    const int64_t Sk = d.Sk, area = Sk * d.Sv;
+    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+    const int64_t chunks = static_cast<int64_t>(ends.size());
+    const int64_t max_chunk = w.chunk.C;
+    const BackwardLayout layout = BackwardLayout::of(chunks, d.T, max_chunk);
+    const int64_t per_seg = layout.chunks_per_segment;
+    ChunkScratch &c = w.chunk;
+    auto start_of = [&](int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); };
+
+    // Forward pass: the entry state of every segment, per unit (replay slot 0 as the running state).
+    for (int64_t u = 0; u < units; ++u) {
+        const ChunkUnit unit = group_unit(d, bq, kh, u);
+        float *s = w.replay.data() + u * per_seg * area;
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s);
+        else std::fill(s, s + area, 0.0f);
+    }
+    for (int64_t ci = 0; ci < chunks; ++ci) {
+        if (ci % per_seg == 0)
+            for (int64_t u = 0; u < units; ++u)
+                std::copy_n(w.replay.data() + u * per_seg * area, area,
+                            w.checkpoints.data() + ((ci / per_seg) * units + u) * area);
+        if (ci + 1 == chunks) break;
+        const int64_t t0 = start_of(ci), L = ends[ci] - t0;
+        load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
+        for (int64_t u = 0; u < units; ++u) {
+            prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
+            float *s = w.replay.data() + u * per_seg * area;
+            solve_deltas(s, L, c);
+            advance_state(s, L, c);
+        }
+    }
+
+    std::fill(w.carries.begin(), w.carries.end(), 0.0f);
+    for (int64_t seg = layout.segments - 1; seg >= 0; --seg) {
+        const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
+        // Replay the segment: replay[u][j] = entry state of chunk c0 + j.
+        for (int64_t u = 0; u < units; ++u)
+            std::copy_n(w.checkpoints.data() + (seg * units + u) * area, area, w.replay.data() + u * per_seg * area);
+        for (int64_t ci = c0; ci + 1 < c1; ++ci) {
+            const int64_t t0 = start_of(ci), L = ends[ci] - t0;
+            load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
+            for (int64_t u = 0; u < units; ++u) {
+                prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
+                float *s = w.replay.data() + (u * per_seg + (ci - c0)) * area;
+                solve_deltas(s, L, c);
+                std::copy_n(s, area, s + area);
+                advance_state(s + area, L, c);
+            }
+        }
+        for (int64_t ci = c1 - 1; ci >= c0; --ci) {
+            const int64_t t0 = start_of(ci), t1 = ends[ci], L = t1 - t0;
+            load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, true, c);
+            std::fill_n(w.dq.begin(), L * Sk, 0.0f);
+            std::fill_n(w.dk.begin(), L * Sk, 0.0f);
+            if (!c.kda) {
+                std::fill_n(w.gp.begin(), L * L, 0.0f);
+                std::fill_n(w.gm.begin(), L * L, 0.0f);
+            }
+            const int64_t slot = d.T - t1;
+            for (int64_t u = 0; u < units; ++u) {
+                const ChunkUnit unit = group_unit(d, bq, kh, u);
+                float *dsl = w.carries.data() + u * area;
+                if (a.d_states && slot < d.written_slots()) {
+                    load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
+                    for (int64_t n = 0; n < area; ++n) dsl[n] += w.d_state[n];
+                }
+                backward_unit_chunk(a, unit, t0, L, w.replay.data() + (u * per_seg + (ci - c0)) * area, dsl, w);
+            }
+            if (!c.kda) {
+                // dQ += GP K;  dK += GP^T Q + (GM + GM^T) K.
+                float *pack = c.pack.data();
+                gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k.data(), Sk), true, w.dq.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, transposed(w.gp.data(), L), rows(c.q.data(), Sk), true, w.dk.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, rows(w.gm.data(), L), rows(c.k.data(), Sk), true, w.dk.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, transposed(w.gm.data(), L), rows(c.k.data(), Sk), true, w.dk.data(), Sk, pack);
+            }
+            for (int64_t r = 0; r < L; ++r) {
+                if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), w.dq.data() + r * Sk, sizeof(float) * Sk);
+                if (a.dk) std::memcpy(row_ptr(*a.dk, kh, t0 + r, bq), w.dk.data() + r * Sk, sizeof(float) * Sk);
+            }
+        }
+    }
+    if (a.ds0)
+        for (int64_t u = 0; u < units; ++u) {
+            const ChunkUnit unit = group_unit(d, bq, kh, u);
+            store_state(*a.ds0, d, unit.h, unit.b, w.carries.data() + u * area);
+        }
+}
+
+}  // namespace gdn::cpu

@@ -1,0 +1,209 @@
+#include "cpu/chunk_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+
+#include "core/tensor.h"
+#include "cpu/chunk_plan.h"
+#include "cpu/gemm.h"
+
+namespace gdn::cpu {
+
+namespace {
+
+const float *row_f32(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
+    return reinterpret_cast<const float *>(element_ptr(t, 0, i1, i2, i3));
+}
+
+}  // namespace
+
+void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
+    Sk = d.Sk;
+    Sv = d.Sv;
+    gw = d.gate_width;
+    C = max_chunk;
+    kda = gw != 1;
+    q.resize(C * Sk);
+    k.resize(C * Sk);
+    qk.resize(kda ? 0 : C * C);
+    kk.resize(kda ? 0 : C * C);
+    v.resize(C * Sv);
+    beta.resize(C);
+    gam.resize(C * gw);
+    e.resize(C * gw);
+    f.resize(C * gw);
+    einv.resize(kda ? C * gw : 0);
+    gl.resize(gw);
+    gam_mat.resize(kda ? 0 : C * C);
+    qkg.resize(2 * C * Sk);
+    kl.resize(C * Sk);
+    kinv.resize(kda ? C * Sk : 0);
+    p.resize(C * C);
+    m.resize(C * C);
+    a.resize(C * C);
+    a_beta.resize(C * C);
+    r.resize(C * Sv);
+    dm.resize(C * Sv);
+    o.resize(C * Sv);
+    pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
+}
+
+uint64_t ChunkScratch::bytes() const {
+    uint64_t n = 0;
+    for (const auto *vec : {&q, &k, &qk, &kk, &v, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
+                            &r, &dm, &o, &pack})
+        n += vec->size() * sizeof(float);
+    return n + gam.size() * sizeof(double);
+}
+
+void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
+                      int64_t L, bool with_qk, ChunkScratch &w) {
+    const int64_t Sk = d.Sk;
+    for (int64_t r = 0; r < L; ++r) {
+        std::memcpy(w.q.data() + r * Sk, row_f32(q, kh, t0 + r, bq), sizeof(float) * Sk);
+        std::memcpy(w.k.data() + r * Sk, row_f32(k, kh, t0 + r, bq), sizeof(float) * Sk);
+    }
+    if (w.kda) return;
+    if (with_qk) gemm(L, L, Sk, 1.0f, rows(w.q.data(), Sk), transposed(w.k.data(), Sk), false, w.qk.data(), L, w.pack.data());
+    gemm(L, L, Sk, 1.0f, rows(w.k.data(), Sk), transposed(w.k.data(), Sk), false, w.kk.data(), L, w.pack.data());
+}
+
+namespace {
+
+// Prefix sums of the chunk's gates and the exponentials every formula uses.
+void compute_gates(const gdn_tensor &g, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
+    const int64_t gw = w.gw;
+    for (int64_t r = 0; r < L; ++r) {
+        const float *gr = row_f32(g, u.h, t0 + r, u.b);
+        for (int64_t i = 0; i < gw; ++i) w.gam[r * gw + i] = (r ? w.gam[(r - 1) * gw + i] : 0.0) + clamp_gate(gr[i]);
+    }
+    const double *gam_last = w.gam.data() + (L - 1) * gw;
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t i = 0; i < gw; ++i) {
+            const double x = w.gam[r * gw + i];
+            w.e[r * gw + i] = static_cast<float>(std::exp(x));
+            w.f[r * gw + i] = static_cast<float>(std::exp(gam_last[i] - x));
+            if (w.kda && L > 1) w.einv[r * gw + i] = static_cast<float>(std::exp(-x));
+        }
+    for (int64_t i = 0; i < gw; ++i) w.gl[i] = static_cast<float>(std::exp(gam_last[i]));
+    if (!w.kda)
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t s = 0; s < r; ++s)
+                w.gam_mat[r * L + s] = static_cast<float>(std::exp(w.gam[r] - w.gam[s]));
+    (void)d;
+}
+
+// dst = src o scale, row-wise (GDA: one factor per row; KDA: per element).
+void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst) {
+    for (int64_t r = 0; r < L; ++r) {
+        const float *sr = src + r * n;
+        float *dr = dst + r * n;
+        if (gw == 1) {
+            const float a = scale[r];
+            for (int64_t i = 0; i < n; ++i) dr[i] = sr[i] * a;
+        } else {
+            const float *ar = scale + r * gw;
+            for (int64_t i = 0; i < n; ++i) dr[i] = sr[i] * ar[i];
+        }
+    }
+}
+
+// A = (I + diag(beta) M)^-1 by forward substitution: A_r = e_r - beta_r sum_{s<r} M_rs A_s.
+void invert_unit_lower(int64_t L, ChunkScratch &w) {
+    float *A = w.a.data();
+    const float *M = w.m.data();
+    std::fill(A, A + L * L, 0.0f);
+    for (int64_t r = 0; r < L; ++r) {
+        float *ar = A + r * L;
+        for (int64_t s = 0; s < r; ++s) {
+            const float coef = -w.beta[r] * M[r * L + s];
+            if (coef == 0.0f) continue;
+            const float *as = A + s * L;
+            for (int64_t c = 0; c <= s; ++c) ar[c] += coef * as[c];
+        }
+        ar[r] = 1.0f;
+    }
+}
+
+}  // namespace
+
+void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
+                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w) {
+    const int64_t Sk = d.Sk, Sv = d.Sv, gw = w.gw;
+    for (int64_t r = 0; r < L; ++r) {
+        std::memcpy(w.v.data() + r * Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * Sv);
+        w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
+    }
+    compute_gates(g, d, u, t0, L, w);
+    if (with_q) scale_rows(w.q.data(), w.e.data(), L, Sk, gw, w.qg());
+    scale_rows(w.k.data(), w.e.data(), L, Sk, gw, w.kg(L));
+    scale_rows(w.k.data(), w.f.data(), L, Sk, gw, w.kl.data());
+
+    float *P = w.p.data(), *M = w.m.data();
+    if (!w.kda) {
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t s = 0; s < L; ++s) {
+                const bool below = s < r;
+                M[r * L + s] = below ? w.kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
+                if (with_q) P[r * L + s] = below ? w.qk[r * L + s] * w.gam_mat[r * L + s] : (s == r ? w.qk[r * L + r] : 0.0f);
+            }
+    } else {
+        if (L > 1) {
+            scale_rows(w.k.data(), w.einv.data(), L, Sk, gw, w.kinv.data());
+            gemm(L, L, Sk, 1.0f, rows(w.kg(L), Sk), transposed(w.kinv.data(), Sk), false, M, L, w.pack.data());
+            if (with_q)
+                gemm(L, L, Sk, 1.0f, rows(w.qg(), Sk), transposed(w.kinv.data(), Sk), false, P, L, w.pack.data());
+        }
+        // Mask by assignment (entries above the diagonal may be huge), the diagonal exactly q_r . k_r.
+        for (int64_t r = 0; r < L; ++r) {
+            for (int64_t s = r; s < L; ++s) {
+                M[r * L + s] = 0.0f;
+                if (with_q) P[r * L + s] = 0.0f;
+            }
+            if (with_q) {
+                float dot = 0.0f;
+                for (int64_t i = 0; i < Sk; ++i) dot += w.q[r * Sk + i] * w.k[r * Sk + i];
+                P[r * L + r] = dot;
+            }
+        }
+    }
+    invert_unit_lower(L, w);
+}
+
+void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
+    const int64_t Sk = w.Sk, Sv = w.Sv;
+    std::copy_n(w.v.data(), L * Sv, w.r.data());
+    gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
+    // Dm = A (beta o R): scale the columns of A by beta instead of copying R.
+    float *ab = w.a_beta.data();
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t s = 0; s < L; ++s) ab[r * L + s] = w.a[r * L + s] * w.beta[s];
+    gemm(L, Sv, L, 1.0f, rows(ab, L), rows(w.r.data(), Sv), false, w.dm.data(), Sv, w.pack.data());
+}
+
+void advance_state(float *s, int64_t L, ChunkScratch &w) {
+    const int64_t Sk = w.Sk, Sv = w.Sv;
+    for (int64_t i = 0; i < Sk; ++i) {
+        const float a = w.gl[w.kda ? i : 0];
+        for (int64_t j = 0; j < Sv; ++j) s[i * Sv + j] *= a;
+    }
+    gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), true, s, Sv, w.pack.data());
+}
+
+void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {
+    for (int64_t j = 0; j < d.Sv; ++j) {
+        const float *col = reinterpret_cast<const float *>(element_ptr(t, 0, j, h, index));
+        for (int64_t i = 0; i < d.Sk; ++i) s[i * d.Sv + j] = col[i];
+    }
+}
+
+void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s) {
+    for (int64_t j = 0; j < d.Sv; ++j) {
+        float *col = reinterpret_cast<float *>(element_ptr(t, 0, j, h, index));
+        for (int64_t i = 0; i < d.Sk; ++i) col[i] = s[i * d.Sv + j];
+    }
+}
+
+}  // namespace gdn::cpu

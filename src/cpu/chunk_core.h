@@ -1,0 +1,76 @@
+// The per-chunk math shared by the chunked forward and backward (ALGORITHM.md section 2), for
+// one group = (q/k sequence bq, key head kh) and the units (sequence, value head) that read it.
+//
+// Inside a chunk of L tokens starting at t0, with per-unit prefix sums gam_r of the gates
+// (restarted at the chunk start; per channel for KDA, scalar for GDA):
+//   E = exp(gam), F = exp(gam_L - gam), gL = exp(gam_L)             (every exponent <= 0 for g <= 0)
+//   Qg = Q o E, Kg = K o E, Kl = K o F
+//   P_rs = sum_i q_ri k_si exp(gam_ri - gam_si), s <= r (0 above)    the decayed Q K^T
+//   M_rs = sum_i k_ri k_si exp(gam_ri - gam_si), s <  r (0 on and above)
+//   A = (I + diag(beta) M)^-1                                        unit lower triangular
+//   R = V - Kg S0,  Dm = A diag(beta) R                              row r is the delta d_r
+//   O = c (Qg S0 + P Dm),  S_L = diag(gL) S0 + Kl^T Dm
+// GDA: exp(gam_r - gam_s) is one scalar per pair (the matrix `gam_mat`), so Q K^T and K K^T are
+// computed once per chunk for the whole group and only masked and scaled per unit.
+// KDA: exp(gam_ri - gam_si) = exp(gam_ri) * exp(-gam_si) per channel (Kinv = K o exp(-gam)), which
+// chunk_plan keeps finite by bounding the span of gam inside a chunk.
+//
+// States are Sk x Sv row-major here (S[i][j] at i*Sv + j); memory holds the transpose.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/problem.h"
+
+namespace gdn::cpu {
+
+struct ChunkScratch {
+    int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
+    bool kda = false;
+
+    // The group's chunk: Q, K rows (L x Sk); GDA: Q K^T and K K^T (L x L, full).
+    std::vector<float> q, k, qk, kk;
+    // One unit's chunk.
+    std::vector<float> v, beta;           // L x Sv, L
+    std::vector<double> gam;              // L x gw prefix sums
+    std::vector<float> e, f, einv, gl;    // L x gw, L x gw, L x gw (KDA), gw
+    std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r
+    std::vector<float> qkg;               // 2L x Sk: Qg in rows 0..L-1, Kg in rows L..2L-1
+    std::vector<float> kl, kinv;          // L x Sk
+    std::vector<float> p, m, a;           // L x L
+    std::vector<float> a_beta;            // L x L: A diag(beta)
+    std::vector<float> r, dm, o;          // L x Sv
+    std::vector<float> pack;              // GEMM packing
+
+    void resize(const Dims &d, int64_t max_chunk);
+    uint64_t bytes() const;
+
+    float *qg() { return qkg.data(); }
+    float *kg(int64_t L) { return qkg.data() + L * Sk; }
+};
+
+struct ChunkUnit {
+    int64_t b, h;  // sequence, value head
+};
+
+// Loads Q and K rows t0 .. t0+L-1 of the group; GDA: also Q K^T (when with_qk) and K K^T.
+void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
+                      int64_t L, bool with_qk, ChunkScratch &w);
+
+// Loads the unit's v, beta, g rows and computes gates, Qg (when with_q), Kg, Kl, M, P (when
+// with_q) and A.
+void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
+                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w);
+
+// R = V - Kg S0 and Dm = A diag(beta) R.
+void solve_deltas(const float *s0, int64_t L, ChunkScratch &w);
+
+// S <- diag(gL) S + Kl^T Dm (in place).
+void advance_state(float *s, int64_t L, ChunkScratch &w);
+
+// Copies between the memory layout (transposed, strided) and a row-major Sk x Sv state.
+void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s);
+void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s);
+
+}  // namespace gdn::cpu

@@ -1,0 +1,55 @@
+// The chunked forward of one group (ALGORITHM.md section 2).
+#include <algorithm>
+#include <cstring>
+
+#include "core/tensor.h"
+#include "cpu/chunk_drivers.h"
+#include "cpu/gemm.h"
+
+namespace gdn::cpu {
+
+void ForwardWork::resize(const Dims &d, int64_t max_chunk) {
+    chunk.resize(d, max_chunk);
+    states.resize(d.value_heads_per_key_head() * d.sequences_per_qk_sequence() * d.Sk * d.Sv);
+}
+
+uint64_t ForwardWork::bytes() const { return chunk.bytes() + states.size() * sizeof(float); }
+
+void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, ForwardWork &w) {
+    const Dims &d = a.dims;
+    const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
+    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+    const float scale = static_cast<float>(d.scale);
+    ChunkScratch &c = w.chunk;
+    for (int64_t u = 0; u < units; ++u) {
+        const ChunkUnit unit = group_unit(d, bq, kh, u);
+        float *s = w.states.data() + u * area;
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s);  // read before any write: states may be s0
+        else std::fill(s, s + area, 0.0f);
+    }
+    const bool with_out = a.out != nullptr;
+    int64_t t0 = 0;
+    for (const int64_t t1 : ends) {
+        const int64_t L = t1 - t0;
+        load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, with_out, c);
+        for (int64_t u = 0; u < units; ++u) {
+            const ChunkUnit unit = group_unit(d, bq, kh, u);
+            float *s = w.states.data() + u * area;
+            prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, c);
+            solve_deltas(s, L, c);
+            if (with_out) {
+                // O = scale (Qg S0 + P Dm), before S0 is advanced.
+                gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, c.o.data(), Sv, c.pack.data());
+                gemm(L, Sv, L, scale, rows(c.p.data(), L), rows(c.dm.data(), Sv), true, c.o.data(), Sv, c.pack.data());
+                for (int64_t r = 0; r < L; ++r)
+                    std::memcpy(element_ptr(*a.out, 0, unit.h, t0 + r, unit.b), c.o.data() + r * Sv, sizeof(float) * Sv);
+            }
+            advance_state(s, L, c);
+            const int64_t slot = d.T - t1;
+            if (a.states && slot < d.K) store_state(*a.states, d, unit.h, slot * d.B + unit.b, s);
+        }
+        t0 = t1;
+    }
+}
+
+}  // namespace gdn::cpu

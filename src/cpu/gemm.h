@@ -1,0 +1,36 @@
+// Small dense GEMM for the chunked kernels: C = alpha * A * B (+ C), row-major float matrices
+// of a few hundred rows and columns at most (64x128x128 is the typical call).
+//
+// A and B are read through Mat views, so the transposes the chunk math needs (K^T D, D S^T, ...)
+// cost no copies of A. B is packed into a zero-padded column panel per call; A is read in place.
+// The kernel is chosen once at run time from the host's ISA (AVX-512, AVX2+FMA, or SSE2), so one
+// binary runs everywhere and every thread uses the same kernel (same bits for any thread count).
+#pragma once
+
+#include <cstdint>
+
+namespace gdn::cpu {
+
+// Element (r, c) of the viewed matrix is p[r * row_stride + c * col_stride].
+struct Mat {
+    const float *p;
+    int64_t row_stride, col_stride;
+};
+inline Mat rows(const float *p, int64_t ld) { return {p, ld, 1}; }        // A as stored
+inline Mat transposed(const float *p, int64_t ld) { return {p, 1, ld}; }  // A^T of a stored A
+
+// C[m x n] (leading dimension ldc) = alpha * A[m x k] * B[k x n], added to C when accumulate.
+// pack: at least gemm_pack_floats(k) floats of scratch.
+void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, bool accumulate, float *c, int64_t ldc,
+          float *pack);
+
+int64_t gemm_pack_floats(int64_t k);
+
+// The kernel in use: "avx512", "avx2" or "sse2".
+const char *gemm_isa();
+
+// Forces a kernel ("avx512", "avx2", "sse2") for benchmarks and tests; false when the host lacks
+// it. Not thread-safe against running calls.
+bool gemm_force_isa(const char *isa);
+
+}  // namespace gdn::cpu

@@ -1,0 +1,59 @@
+#include "cpu/thread_pool.h"
+
+namespace gdn::cpu {
+
+ThreadPool::ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
+    for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    start_.notify_all();
+    for (auto &t : workers_) t.join();
+}
+
+void ThreadPool::run_slice(int worker) {
+    const int64_t begin = items_ * worker / threads_, end = items_ * (worker + 1) / threads_;
+    for (int64_t i = begin; i < end; ++i) (*fn_)(i, worker);
+}
+
+void ThreadPool::run(int64_t items, const std::function<void(int64_t, int)> &fn) {
+    if (threads_ == 1 || items <= 1) {
+        for (int64_t i = 0; i < items; ++i) fn(i, 0);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        items_ = items;
+        fn_ = &fn;
+        pending_ = threads_ - 1;
+        ++generation_;
+    }
+    start_.notify_all();
+    run_slice(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int worker) {
+    uint64_t seen = 0;
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            if (stop_) return;
+            seen = generation_;
+        }
+        run_slice(worker);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (--pending_ == 0) done_.notify_one();
+        }
+    }
+}
+
+}  // namespace gdn::cpu
