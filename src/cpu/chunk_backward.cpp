@@ -16,6 +16,7 @@
 
 #include "core/tensor.h"
 #include "cpu/chunk_drivers.h"
+#include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
 
 namespace gdn::cpu {
@@ -102,8 +103,8 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     for (int64_t r = 0; r < L; ++r) {
         float *dst = doc + r * Sv;
         if (a.d_out) {
-            const float *src = row_ptr(*a.d_out, unit.h, t0 + r, unit.b);
-            for (int64_t j = 0; j < Sv; ++j) dst[j] = scale * src[j];
+            std::memcpy(dst, row_ptr(*a.d_out, unit.h, t0 + r, unit.b), sizeof(float) * Sv);
+            cpu::scale(scale, dst, Sv);
         } else {
             std::fill(dst, dst + Sv, 0.0f);
         }
@@ -112,13 +113,11 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     gemm(L, Sv, L, 1.0f, transposed(P, L), rows(doc, Sv), false, w.ddm.data(), Sv, pack);
     gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
     gemm(L, Sv, L, 1.0f, transposed(A, L), rows(w.ddm.data(), Sv), false, w.y.data(), Sv, pack);
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t j = 0; j < Sv; ++j) nby[r * Sv + j] = -c.beta[r] * w.y[r * Sv + j];
+    scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
+    cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
-    for (int64_t i = 0; i < Sk; ++i) {
-        const float g = c.gl[kda ? i : 0];
-        for (int64_t j = 0; j < Sv; ++j) w.ds0[i * Sv + j] = g * dsl[i * Sv + j];
-    }
+    if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, w.ds0.data());
+    else scale_rows(dsl, c.gl.data(), 1, area, 1, w.ds0.data());
     gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, w.ds0.data(), Sv, pack);
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T.
     gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
@@ -134,13 +133,8 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     std::copy_n(c.r.data(), L * Sv, w.z.data());
     gemm(L, Sv, L, -1.0f, rows(M, L), rows(Dm, Sv), true, w.z.data(), Sv, pack);
     for (int64_t r = 0; r < L; ++r) {
-        float dbeta = 0.0f;
-        for (int64_t j = 0; j < Sv; ++j) dbeta += w.y[r * Sv + j] * w.z[r * Sv + j];
-        if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dbeta;
-        if (a.dv) {
-            float *dv = row_ptr(*a.dv, unit.h, t0 + r, unit.b);
-            for (int64_t j = 0; j < Sv; ++j) dv[j] = c.beta[r] * w.y[r * Sv + j];
-        }
+        if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, w.z.data() + r * Sv, Sv);
+        if (a.dv) scale_rows(w.y.data() + r * Sv, c.beta.data() + r, 1, Sv, 1, row_ptr(*a.dv, unit.h, t0 + r, unit.b));
     }
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
@@ -150,20 +144,25 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     std::fill_n(link.begin(), L * gw, 0.0);
     std::fill_n(pair.begin(), L * gw, 0.0);
     std::fill_n(acc.begin(), L * gw, 0.0);
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t i = 0; i < Sk; ++i) {
-            const int64_t ch = kda ? i : 0;
-            single[r * gw + ch] += double(dQg[r * Sk + i]) * Qg[r * Sk + i] + double(dKg[r * Sk + i]) * Kg[r * Sk + i];
-            link[r * gw + ch] += double(w.dkl[r * Sk + i]) * c.kl[r * Sk + i];
+    for (int64_t r = 0; r < L; ++r) {
+        const int64_t n = r * Sk;
+        if (kda) {
+            for (int64_t i = 0; i < Sk; ++i) {
+                single[n + i] = double(dQg[n + i]) * Qg[n + i] + double(dKg[n + i]) * Kg[n + i];
+                link[n + i] = double(w.dkl[n + i]) * c.kl[n + i];
+            }
+        } else {
+            single[r] = dot_f64(dQg + n, Qg + n, Sk) + dot_f64(dKg + n, Kg + n, Sk);
+            link[r] = dot_f64(w.dkl.data() + n, c.kl.data() + n, Sk);
         }
+    }
     // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum).
     double *wterm = w.wterm.data();
     std::fill_n(wterm, gw, 0.0);
-    for (int64_t i = 0; i < Sk; ++i) {
-        double sum = 0.0;
-        for (int64_t j = 0; j < Sv; ++j) sum += double(dsl[i * Sv + j]) * s0[i * Sv + j];
-        wterm[kda ? i : 0] += sum;
-    }
+    if (kda)
+        for (int64_t i = 0; i < Sk; ++i) wterm[i] = dot_f64(dsl + i * Sv, s0 + i * Sv, Sv);
+    else
+        wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
 
     if (!kda) {
@@ -178,11 +177,9 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         }
         // The group's dq, dk: row-scaled single terms here; P and M terms through gp, gm.
         for (int64_t r = 0; r < L; ++r) {
-            const float e = c.e[r], f = c.f[r];
-            for (int64_t i = 0; i < Sk; ++i) {
-                w.dq[r * Sk + i] += e * dQg[r * Sk + i];
-                w.dk[r * Sk + i] += e * dKg[r * Sk + i] + f * w.dkl[r * Sk + i];
-            }
+            axpy(c.e[r], dQg + r * Sk, w.dq.data() + r * Sk, Sk);
+            axpy(c.e[r], dKg + r * Sk, w.dk.data() + r * Sk, Sk);
+            axpy(c.f[r], w.dkl.data() + r * Sk, w.dk.data() + r * Sk, Sk);
             for (int64_t s = 0; s <= r; ++s) {
                 const float gam = s == r ? 1.0f : c.gam_mat[r * L + s];
                 w.gp[r * L + s] += dP[r * L + s] * gam;
@@ -193,23 +190,15 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         // Pairs per channel: X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri) Kinv_si for s < r.
         const float *Kinv = c.kinv.data();
         if (L > 1) {
-            for (int64_t t = L - 1; t >= 1; --t) {
-                for (int64_t s = 0; s < t; ++s) {
-                    const float cp = dP[t * L + s], cm = dM[t * L + s];
-                    for (int64_t i = 0; i < Sk; ++i)
-                        acc[s * gw + i] += double(cp * Qg[t * Sk + i] + cm * Kg[t * Sk + i]) * Kinv[s * Sk + i];
-                }
-                for (int64_t s = 0; s < t; ++s)
-                    for (int64_t i = 0; i < Sk; ++i) pair[t * gw + i] += acc[s * gw + i];
-            }
+            for (int64_t t = L - 1; t >= 1; --t)
+                kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, acc.data(),
+                             pair.data() + t * gw);
         }
         // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
         for (int64_t r = 0; r < L; ++r) {
             const float dpr = dP[r * L + r];
-            for (int64_t i = 0; i < Sk; ++i) {
-                w.dq[r * Sk + i] += dpr * c.k[r * Sk + i];
-                w.dk[r * Sk + i] += dpr * c.q[r * Sk + i];
-            }
+            axpy(dpr, c.k.data() + r * Sk, w.dq.data() + r * Sk, Sk);
+            axpy(dpr, c.q.data() + r * Sk, w.dk.data() + r * Sk, Sk);
             dP[r * L + r] = 0.0f;
         }
         if (L > 1) {
@@ -217,12 +206,10 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
             gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
             gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
         }
-        for (int64_t r = 0; r < L; ++r)
-            for (int64_t i = 0; i < Sk; ++i) {
-                const int64_t n = r * Sk + i;
-                w.dq[n] += c.e[n] * dQg[n];
-                w.dk[n] += c.e[n] * dKg[n] + c.f[n] * w.dkl[n] + (L > 1 ? c.einv[n] * w.dkinv[n] : 0.0f);
-            }
+        add_product(c.e.data(), dQg, w.dq.data(), L * Sk);
+        add_product(c.e.data(), dKg, w.dk.data(), L * Sk);
+        add_product(c.f.data(), w.dkl.data(), w.dk.data(), L * Sk);
+        if (L > 1) add_product(c.einv.data(), w.dkinv.data(), w.dk.data(), L * Sk);
     }
     assemble_gate_gradient(L, gw, wterm, w);
     if (a.dg)

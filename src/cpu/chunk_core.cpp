@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "cpu/chunk_plan.h"
+#include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
 
 namespace gdn::cpu {
@@ -34,7 +35,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     gam.resize(C * gw);
     e.resize(C * gw);
     f.resize(C * gw);
-    einv.resize(kda ? C * gw : 0);
+    einv.resize(C * gw);
     gl.resize(gw);
     gam_mat.resize(kda ? 0 : C * C);
     qkg.resize(2 * C * Sk);
@@ -72,59 +73,42 @@ void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, i
 
 namespace {
 
-// Prefix sums of the chunk's gates and the exponentials every formula uses.
-void compute_gates(const gdn_tensor &g, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
+// Prefix sums of the chunk's gates and the exponentials every formula uses. Prefix sums are
+// in double, so a difference gam_r - gam_s keeps its digits even after a -120 spike.
+void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
     const int64_t gw = w.gw;
+    double lo = 0.0, hi = 0.0;
     for (int64_t r = 0; r < L; ++r) {
         const float *gr = row_f32(g, u.h, t0 + r, u.b);
-        for (int64_t i = 0; i < gw; ++i) w.gam[r * gw + i] = (r ? w.gam[(r - 1) * gw + i] : 0.0) + clamp_gate(gr[i]);
+        for (int64_t i = 0; i < gw; ++i) {
+            const double x = (r ? w.gam[(r - 1) * gw + i] : 0.0) + clamp_gate(gr[i]);
+            w.gam[r * gw + i] = x;
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+        }
     }
     const double *gam_last = w.gam.data() + (L - 1) * gw;
+    for (int64_t i = 0; i < gw; ++i) w.gl[i] = static_cast<float>(std::exp(gam_last[i]));
+    // exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) when both factors stay finite and normal
+    // (always for KDA: chunk_plan bounds every channel's span); otherwise (GDA under strong decay) one exp
+    // per pair.
+    const bool factored = w.kda || hi - lo <= kda_span_limit;
     for (int64_t r = 0; r < L; ++r)
         for (int64_t i = 0; i < gw; ++i) {
-            const double x = w.gam[r * gw + i];
-            w.e[r * gw + i] = static_cast<float>(std::exp(x));
-            w.f[r * gw + i] = static_cast<float>(std::exp(gam_last[i] - x));
-            if (w.kda && L > 1) w.einv[r * gw + i] = static_cast<float>(std::exp(-x));
+            const int64_t n = r * gw + i;
+            const double x = w.gam[n];
+            w.e[n] = static_cast<float>(std::exp(x));
+            if (factored && L > 1) {
+                w.einv[n] = static_cast<float>(std::exp(-x));
+                w.f[n] = w.gl[i] * w.einv[n];
+            } else {
+                w.f[n] = static_cast<float>(std::exp(gam_last[i] - x));
+            }
         }
-    for (int64_t i = 0; i < gw; ++i) w.gl[i] = static_cast<float>(std::exp(gam_last[i]));
     if (!w.kda)
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < r; ++s)
-                w.gam_mat[r * L + s] = static_cast<float>(std::exp(w.gam[r] - w.gam[s]));
-    (void)d;
-}
-
-// dst = src o scale, row-wise (GDA: one factor per row; KDA: per element).
-void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst) {
-    for (int64_t r = 0; r < L; ++r) {
-        const float *sr = src + r * n;
-        float *dr = dst + r * n;
-        if (gw == 1) {
-            const float a = scale[r];
-            for (int64_t i = 0; i < n; ++i) dr[i] = sr[i] * a;
-        } else {
-            const float *ar = scale + r * gw;
-            for (int64_t i = 0; i < n; ++i) dr[i] = sr[i] * ar[i];
-        }
-    }
-}
-
-// A = (I + diag(beta) M)^-1 by forward substitution: A_r = e_r - beta_r sum_{s<r} M_rs A_s.
-void invert_unit_lower(int64_t L, ChunkScratch &w) {
-    float *A = w.a.data();
-    const float *M = w.m.data();
-    std::fill(A, A + L * L, 0.0f);
-    for (int64_t r = 0; r < L; ++r) {
-        float *ar = A + r * L;
-        for (int64_t s = 0; s < r; ++s) {
-            const float coef = -w.beta[r] * M[r * L + s];
-            if (coef == 0.0f) continue;
-            const float *as = A + s * L;
-            for (int64_t c = 0; c <= s; ++c) ar[c] += coef * as[c];
-        }
-        ar[r] = 1.0f;
-    }
+                w.gam_mat[r * L + s] = factored ? w.e[r] * w.einv[s] : static_cast<float>(std::exp(w.gam[r] - w.gam[s]));
 }
 
 }  // namespace
@@ -136,7 +120,7 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
         std::memcpy(w.v.data() + r * Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * Sv);
         w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
     }
-    compute_gates(g, d, u, t0, L, w);
+    compute_gates(g, u, t0, L, w);
     if (with_q) scale_rows(w.q.data(), w.e.data(), L, Sk, gw, w.qg());
     scale_rows(w.k.data(), w.e.data(), L, Sk, gw, w.kg(L));
     scale_rows(w.k.data(), w.f.data(), L, Sk, gw, w.kl.data());
@@ -162,14 +146,10 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
                 M[r * L + s] = 0.0f;
                 if (with_q) P[r * L + s] = 0.0f;
             }
-            if (with_q) {
-                float dot = 0.0f;
-                for (int64_t i = 0; i < Sk; ++i) dot += w.q[r * Sk + i] * w.k[r * Sk + i];
-                P[r * L + r] = dot;
-            }
+            if (with_q) P[r * L + r] = dot(w.q.data() + r * Sk, w.k.data() + r * Sk, Sk);
         }
     }
-    invert_unit_lower(L, w);
+    invert_unit_lower(L, w.beta.data(), w.m.data(), w.a.data());
 }
 
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
@@ -185,10 +165,7 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
 
 void advance_state(float *s, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    for (int64_t i = 0; i < Sk; ++i) {
-        const float a = w.gl[w.kda ? i : 0];
-        for (int64_t j = 0; j < Sv; ++j) s[i * Sv + j] *= a;
-    }
+    for (int64_t i = 0; i < Sk; ++i) scale(w.gl[w.kda ? i : 0], s + i * Sv, Sv);
     gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), true, s, Sv, w.pack.data());
 }
 

@@ -62,7 +62,7 @@ void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, bool accum
     current().kernel(m, n, k, alpha, a, b, accumulate, c, ldc, pack);
 }
 
-int64_t gemm_pack_floats(int64_t k) { return (k > 0 ? k : 1) * 32; }  // k x NR, NR <= 32
+int64_t gemm_pack_floats(int64_t k) { return (k > 0 ? k : 1) * 64; }  // k x NR, NR <= 64
 
 const char *gemm_isa() { return current().name; }
 

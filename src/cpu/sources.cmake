@@ -6,6 +6,7 @@ set(GDN_CPU_SOURCES
   cpu/thread_pool.cpp
   cpu/chunk_plan.cpp
   cpu/chunk_core.cpp
+  cpu/chunk_vector.cpp
   cpu/chunk_forward.cpp
   cpu/chunk_backward.cpp
   cpu/gemm.cpp

@@ -1,0 +1,88 @@
+#include "cpu/chunk_vector.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GDN_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GDN_VECTORIZED
+#endif
+
+namespace gdn::cpu {
+
+namespace {
+constexpr int lanes = 16;
+}
+
+GDN_VECTORIZED float dot(const float *a, const float *b, int64_t n) {
+    float part[lanes] = {};
+    int64_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+        for (int l = 0; l < lanes; ++l) part[l] += a[i + l] * b[i + l];
+    for (int l = 0; i + l < n; ++l) part[l] += a[i + l] * b[i + l];
+    float sum = 0.0f;
+    for (int l = 0; l < lanes; ++l) sum += part[l];
+    return sum;
+}
+
+GDN_VECTORIZED double dot_f64(const float *a, const float *b, int64_t n) {
+    double part[lanes] = {};
+    int64_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+        for (int l = 0; l < lanes; ++l) part[l] += double(a[i + l]) * double(b[i + l]);
+    for (int l = 0; i + l < n; ++l) part[l] += double(a[i + l]) * double(b[i + l]);
+    double sum = 0.0;
+    for (int l = 0; l < lanes; ++l) sum += part[l];
+    return sum;
+}
+
+GDN_VECTORIZED void axpy(float alpha, const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+GDN_VECTORIZED void scale(float alpha, float *x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+GDN_VECTORIZED void add_product(const float *x, const float *z, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i] * z[i];
+}
+
+GDN_VECTORIZED void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst) {
+    for (int64_t r = 0; r < L; ++r) {
+        const float *sr = src + r * n;
+        float *dr = dst + r * n;
+        if (gw == 1) {
+            const float a = scale[r];
+            for (int64_t i = 0; i < n; ++i) dr[i] = sr[i] * a;
+        } else {
+            const float *ar = scale + r * gw;
+            for (int64_t i = 0; i < n; ++i) dr[i] = sr[i] * ar[i];
+        }
+    }
+}
+
+GDN_VECTORIZED void invert_unit_lower(int64_t L, const float *beta, const float *M, float *A) {
+    for (int64_t n = 0; n < L * L; ++n) A[n] = 0.0f;
+    for (int64_t r = 0; r < L; ++r) {
+        float *ar = A + r * L;
+        for (int64_t s = 0; s < r; ++s) {
+            const float coef = -beta[r] * M[r * L + s];
+            const float *as = A + s * L;
+            for (int64_t c = 0; c <= s; ++c) ar[c] += coef * as[c];
+        }
+        ar[r] = 1.0f;
+    }
+}
+
+GDN_VECTORIZED void kda_pair_row(int64_t t, int64_t n, const float *dP_row, const float *dM_row, const float *qg,
+                                 const float *kg, const float *kinv, double *acc, double *pair) {
+    for (int64_t s = 0; s < t; ++s) {
+        const float cp = dP_row[s], cm = dM_row[s];
+        double *as = acc + s * n;
+        const float *ks = kinv + s * n;
+        for (int64_t i = 0; i < n; ++i) as[i] += double(cp * qg[i] + cm * kg[i]) * ks[i];
+    }
+    for (int64_t s = 0; s < t; ++s)
+        for (int64_t i = 0; i < n; ++i) pair[i] += acc[s * n + i];
+}
+
+}  // namespace gdn::cpu

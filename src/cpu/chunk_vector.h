@@ -1,0 +1,34 @@
+// The element-wise and row-wise loops of the chunk math (everything that is not a GEMM), built
+// for AVX-512, AVX2 and baseline x86-64 and picked at load time (GCC target_clones), so they
+// vectorise on the host's widest ISA. Reductions keep 16 partial sums in a fixed order: the
+// result depends on the host's clone, never on threads or timing.
+#pragma once
+
+#include <cstdint>
+
+namespace gdn::cpu {
+
+// sum_i a_i b_i.
+float dot(const float *a, const float *b, int64_t n);
+// sum_i a_i b_i in double.
+double dot_f64(const float *a, const float *b, int64_t n);
+// y += alpha x.
+void axpy(float alpha, const float *x, float *y, int64_t n);
+// x *= alpha.
+void scale(float alpha, float *x, int64_t n);
+// y += x o z (element-wise).
+void add_product(const float *x, const float *z, float *y, int64_t n);
+
+// dst[r] = src[r] * scale[r] for L rows of n floats: one factor per row (gw == 1) or per
+// element (gw == n).
+void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst);
+
+// A = (I + diag(beta) M)^-1 for strictly lower M (L x L), by forward substitution.
+void invert_unit_lower(int64_t L, const float *beta, const float *M, float *A);
+
+// acc[s][i] += (cp * qg[i] + cm * kg[i]) * kinv[s][i] for s < t: the per-channel pair terms of
+// the KDA gate gradient, row t; then pair[i] = sum_{s < t} acc[s][i].
+void kda_pair_row(int64_t t, int64_t n, const float *dP_row, const float *dM_row, const float *qg, const float *kg,
+                  const float *kinv, double *acc, double *pair);
+
+}  // namespace gdn::cpu
