@@ -1,0 +1,182 @@
+// The cpu backend's promises beyond matching ref: the same bits for every thread count and run,
+// the in-place state update of decoding, workspace that does not grow with T * Sk * Sv, finite
+// results under -inf gates, and F32 only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "case.h"
+#include "metrics.h"
+#include "problem_data.h"
+#include "runner.h"
+#include "thresholds.h"
+
+namespace {
+
+using namespace gdn::testkit;
+
+Case shape_case(Op op, bool kda, Gate gate, Shape s) {
+    Case c;
+    c.group = "cpu";
+    c.op = op;
+    c.shape = s;
+    c.kda = kda;
+    c.strided = true;
+    c.gate = gate;
+    return c;
+}
+
+std::vector<std::string> output_names(const Case &c) {
+    if (c.op == Op::Forward) return {"out", "states"};
+    return {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+}
+
+// Every output bit for bit, as the float values read back (exact in double).
+std::vector<std::vector<double>> outputs_of(const Case &c, TensorSet &inputs, int threads, int chunk = 0) {
+    BackendSession cpu({"CPU", "cpu", 0}, threads, chunk);
+    EXPECT_TRUE(cpu.ok()) << cpu.error();
+    RunResult r = run_case(c, inputs, cpu);
+    EXPECT_EQ(r.status, GDN_OK) << r.error;
+    std::vector<std::vector<double>> all;
+    for (const std::string &name : output_names(c)) all.push_back(r.outputs.read(name));
+    return all;
+}
+
+bool bitwise_equal(const std::vector<std::vector<double>> &a, const std::vector<std::vector<double>> &b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].size() != b[i].size()) return false;
+        if (std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(double)) != 0) return false;
+    }
+    return true;
+}
+
+TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
+    // 2 q/k sequences x 3 key heads = 6 groups: 8 threads leave some idle, 3 split them evenly,
+    // 2 and 1 do not; chunked (default) and per-token forms, GDA and KDA, both ops.
+    for (bool kda : {false, true})
+        for (Op op : {Op::Forward, Op::Backward})
+            for (int chunk : {0, 1}) {
+                const Case c = shape_case(op, kda, Gate::Mild, {32, 32, 3, 6, 150, 2, 2, 2});
+                SCOPED_TRACE(c.label() + " chunk_size=" + std::to_string(chunk));
+                TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+                const auto first = outputs_of(c, inputs, 1, chunk);
+                for (int threads : {1, 2, 3, 8}) EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
+            }
+}
+
+// Plain contiguous F32 tensor over a vector.
+gdn_tensor tensor(std::vector<float> &data, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
+    gdn_tensor t{};
+    data.resize(n0 * n1 * n2 * n3);
+    t.data = data.data();
+    t.type = GDN_TYPE_F32;
+    const int64_t ne[4] = {n0, n1, n2, n3};
+    int64_t stride = sizeof(float);
+    for (int d = 0; d < 4; ++d) {
+        t.ne[d] = ne[d];
+        t.nb[d] = stride;
+        stride *= ne[d];
+    }
+    return t;
+}
+
+void fill(std::vector<float> &v, float lo, float hi, unsigned seed) {
+    for (size_t i = 0; i < v.size(); ++i) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = lo + (hi - lo) * static_cast<float>(seed >> 8) / static_cast<float>(1u << 24);
+    }
+}
+
+TEST(CpuInPlace, StatesMayBeTheInitialState) {
+    // Decoding (T = 1, per-token form) and prefill (T = 100, chunked): the in-place update gives
+    // exactly the out-of-place result.
+    for (int64_t T : {1, 100}) {
+        const int64_t S = 16, Hk = 2, Hv = 4, B = 2;
+        std::vector<float> q, k, v, g, beta, s0, out_a, out_b, states, inplace;
+        gdn_problem p{};
+        p.q = tensor(q, S, Hk, T, B);
+        p.k = tensor(k, S, Hk, T, B);
+        p.v = tensor(v, S, Hv, T, B);
+        p.g = tensor(g, 1, Hv, T, B);
+        p.beta = tensor(beta, 1, Hv, T, B);
+        p.state = tensor(s0, S, S, Hv, B);
+        fill(q, -0.25f, 0.25f, 1);
+        fill(k, -0.25f, 0.25f, 2);
+        fill(v, -1, 1, 3);
+        fill(g, -0.3f, -0.02f, 4);
+        fill(beta, 0, 1, 5);
+        fill(s0, -1, 1, 6);
+        const gdn_tensor o1 = tensor(out_a, S, Hv, T, B), o2 = tensor(out_b, S, Hv, T, B);
+        const gdn_tensor st = tensor(states, S, S, Hv, B);
+        inplace = s0;
+        gdn_context *ctx = nullptr;
+        ASSERT_EQ(gdn_context_create("cpu", nullptr, &ctx), GDN_OK);
+        ASSERT_EQ(gdn_forward(ctx, &p, &o1, &st), GDN_OK) << gdn_last_error(ctx);
+        p.state.data = inplace.data();
+        ASSERT_EQ(gdn_forward(ctx, &p, &o2, &p.state), GDN_OK) << gdn_last_error(ctx);
+        gdn_context_free(ctx);
+        EXPECT_EQ(out_a, out_b) << "T=" << T;
+        EXPECT_EQ(states, inplace) << "T=" << T;
+    }
+}
+
+uint64_t workspace_after(const Case &c) {
+    BackendSession cpu({"CPU", "cpu", 0}, 1);
+    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+    EXPECT_EQ(run_case(c, inputs, cpu).status, GDN_OK);
+    return gdn_context_workspace_bytes(cpu.context());
+}
+
+TEST(CpuWorkspace, GrowsWithTokensOverChunkNotTokensTimesState) {
+    // One unit, Sk = Sv = 64, chunk 64. Doubling T from 1024 to 2048 may add, per extra chunk,
+    // one checkpointed state (backward only) and, per extra token, one chunk-plan entry
+    // (8 bytes): nothing that scales with T * Sk * Sv. Storing every state at T = 2048 would
+    // take 32 MiB; the whole workspace must stay under 1/16 of that.
+    const uint64_t state_bytes = 64 * 64 * sizeof(float);
+    for (Op op : {Op::Forward, Op::Backward}) {
+        const uint64_t small = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 1024, 1, 1, 1}));
+        const uint64_t large = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 2048, 1, 1, 1}));
+        const uint64_t extra_chunks = 1024 / 64;
+        const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * state_bytes : 0);
+        EXPECT_GT(small, 0u);
+        EXPECT_LE(large - small, allowed) << (op == Op::Forward ? "forward" : "backward");
+        EXPECT_LE(large, 2048 * state_bytes / 16) << (op == Op::Forward ? "forward" : "backward");
+    }
+}
+
+TEST(CpuNumerics, MinusInfinityGatesStayFinite) {
+    // g = -inf wipes the state (exp(-inf) = 0): ref stays finite, and so must every chunked term,
+    // whose prefix sums would otherwise form -inf - -inf.
+    for (bool kda : {false, true})
+        for (Op op : {Op::Forward, Op::Backward}) {
+            const Case c = shape_case(op, kda, Gate::Mild, {16, 16, 2, 4, 100, 1, 1, 1});
+            SCOPED_TRACE(c.label());
+            TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+            std::vector<double> g = inputs.read("g");
+            const size_t per_token = g.size() / 100;
+            for (size_t t = 5; t < 100; t += 11)
+                for (size_t n = 0; n < per_token; ++n) g[t * per_token + n] = -INFINITY;
+            inputs.write("g", g);
+            BackendSession ref({"REF", "ref", 0}, 1), cpu({"CPU", "cpu", 0}, 2);
+            RunResult expected = run_case(c, inputs, ref), actual = run_case(c, inputs, cpu);
+            ASSERT_EQ(actual.status, GDN_OK) << actual.error;
+            for (const std::string &name : output_names(c)) {
+                const Comparison cmp = compare(actual.outputs.read(name), expected.outputs.read(name));
+                EXPECT_TRUE(cmp.finite) << name;
+                EXPECT_LE(cmp.nmse, test_threshold(c, name).nmse) << name << ": " << cmp.describe();
+            }
+        }
+}
+
+TEST(CpuTypes, RefusesF64) {
+    Case c = shape_case(Op::Forward, false, Gate::Mild, {4, 4, 1, 1, 3, 1, 1, 1});
+    BackendSession cpu({"CPU", "cpu", 0}, 1);
+    std::string why;
+    EXPECT_EQ(check_case(c, GDN_TYPE_F64, cpu, why), GDN_ERROR_TYPE);
+    EXPECT_NE(why.find("F32"), std::string::npos) << why;
+}
+
+}  // namespace

@@ -1,0 +1,47 @@
+// The small GEMM behind the chunked kernels, against a plain double loop, for every ISA this
+// host has, every transpose and awkward sizes (edges of the 6/8-row and 16/32/64-column tiles).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/gemm.h"
+
+namespace {
+
+using gdn::cpu::Mat;
+
+TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (const char *isa : {"sse2", "avx2", "avx512"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        for (int m : {1, 5, 6, 7, 13, 64})
+            for (int n : {1, 3, 16, 33, 64, 130})
+                for (int k : {0, 1, 7, 64})
+                    for (int mode = 0; mode < 8; ++mode) {
+                        const bool at = mode & 1, bt = mode & 2, acc = mode & 4;
+                        std::vector<float> a(m * k + 1), b(k * n + 1), c(m * n), pack(gdn::cpu::gemm_pack_floats(k));
+                        for (float &x : a) x = u(rng);
+                        for (float &x : b) x = u(rng);
+                        for (float &x : c) x = u(rng);
+                        const std::vector<float> c0 = c;
+                        const Mat av = at ? gdn::cpu::transposed(a.data(), m) : gdn::cpu::rows(a.data(), k);
+                        const Mat bv = bt ? gdn::cpu::transposed(b.data(), k) : gdn::cpu::rows(b.data(), n);
+                        gdn::cpu::gemm(m, n, k, 0.5f, av, bv, acc, c.data(), n, pack.data());
+                        for (int i = 0; i < m; ++i)
+                            for (int j = 0; j < n; ++j) {
+                                double want = acc ? c0[i * n + j] : 0.0;
+                                for (int kk = 0; kk < k; ++kk)
+                                    want += 0.5 * av.p[i * av.row_stride + kk * av.col_stride] *
+                                            bv.p[kk * bv.row_stride + j * bv.col_stride];
+                                ASSERT_NEAR(c[i * n + j], want, 1e-5 * (k + 1))
+                                    << isa << " m=" << m << " n=" << n << " k=" << k << " mode=" << mode;
+                            }
+                    }
+    }
+    gdn::cpu::gemm_force_isa("avx512") || gdn::cpu::gemm_force_isa("avx2");  // back to the best
+}
+
+}  // namespace

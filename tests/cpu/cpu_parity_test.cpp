@@ -1,0 +1,110 @@
+// The cpu backend against ref on every feature the contract has: head sizes 1..256, Sk != Sv,
+// GDA/KDA, tiled/grouped maps, Bq < B, s0 on/off, K snapshots (K > T too), token counts around
+// the chunk length, packed q/k/v views, every gate regime and beta extreme; both ops, every
+// output tensor, with the chunked form at its default and odd chunk lengths and the per-token
+// form (chunk_size = 1).
+//
+// Thresholds: the shared ones of gdn-ops test (tools/testkit/thresholds.cpp: NMSE 1e-9 forward,
+// 1e-8 backward, worst element 1e-3 of |ref| + rms(ref); 100x NMSE room for mixed-sign KDA gates,
+// where the problem itself amplifies errors). F32 accumulation over n ~ 1e3..1e4 roundings gives
+// an expected NMSE of ~1e-12..1e-10; the cpu backend measures 1e-15..1e-12 on these cases.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "case.h"
+#include "metrics.h"
+#include "problem_data.h"
+#include "runner.h"
+#include "thresholds.h"
+
+namespace {
+
+using namespace gdn::testkit;
+
+struct ParityCase {
+    Case c;
+    int chunk;  // cpu chunk_size: 0 default, 1 per-token, else the chunk length
+};
+
+Case make(Op op, Shape s, bool kda, gdn_head_map heads, bool strided, bool s0, Gate gate, BetaFill beta) {
+    Case c;
+    c.group = "cpu";
+    c.op = op;
+    c.shape = s;
+    c.kda = kda;
+    c.heads = heads;
+    c.strided = strided;
+    c.s0 = s0;
+    c.gate = gate;
+    c.beta = beta;
+    return c;
+}
+
+std::vector<ParityCase> parity_cases() {
+    std::vector<ParityCase> out;
+    auto both = [&](Shape s, bool kda, gdn_head_map heads, bool strided, bool s0, Gate gate, BetaFill beta, int chunk) {
+        for (Op op : {Op::Forward, Op::Backward}) out.push_back({make(op, s, kda, heads, strided, s0, gate, beta), chunk});
+    };
+    const auto T = GDN_HEAD_MAP_TILED, G = GDN_HEAD_MAP_GROUPED;
+    // Head sizes, square and not.
+    for (int64_t hs : {1, 2, 4, 16, 32, 64, 128, 256})
+        for (bool kda : {false, true})
+            both({hs, hs, 1, 2, hs >= 128 ? 70 : 130, 1, 1, 1}, kda, T, true, true, Gate::Mild, BetaFill::Random, 0);
+    for (auto [sk, sv] : {std::pair<int64_t, int64_t>{16, 48}, {48, 16}, {128, 32}, {3, 5}})
+        for (bool kda : {false, true}) both({sk, sv, 2, 4, 77, 2, 2, 1}, kda, T, true, true, Gate::Mild, BetaFill::Random, 0);
+    // Token counts around the chunk length, snapshots (K > T included), Bq < B, grouped heads.
+    for (int64_t t : {1, 9, 33, 64, 65, 130})
+        for (int64_t K : {1, 2, 4})
+            for (bool kda : {false, true})
+                both({16, 16, 2, 6, t, 2, 1, K}, kda, G, false, true, Gate::Mild, BetaFill::Random, 0);
+    both({16, 16, 2, 4, 3, 2, 2, 4}, false, T, true, true, Gate::Mild, BetaFill::Random, 0);
+    // Gate regimes x beta extremes, both gate kinds; with and without s0.
+    for (Gate gate : {Gate::Zero, Gate::Mild, Gate::Strong, Gate::Spike, Gate::Mixed})
+        for (BetaFill beta : {BetaFill::Random, BetaFill::Zero, BetaFill::One})
+            for (bool kda : {false, true}) {
+                if (gate == Gate::Mixed && !kda) continue;  // mixed signs are a KDA regime
+                both({32, 32, 2, 4, 130, 1, 1, 2}, kda, T, true, beta != BetaFill::Zero, gate, beta, 0);
+            }
+    // Other chunk lengths and the per-token form on a mixed shape.
+    for (int chunk : {1, 2, 7, 16, 100})
+        for (bool kda : {false, true})
+            for (Gate gate : {Gate::Mild, Gate::Strong, Gate::Spike})
+                both({16, 24, 2, 4, 97, 2, 1, 3}, kda, G, false, true, gate, BetaFill::Random, chunk);
+    return out;
+}
+
+class Parity : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(Parity, MatchesRef) {
+    const ParityCase &pc = GetParam();
+    const Case &c = pc.c;
+    SCOPED_TRACE(c.label() + " chunk_size=" + std::to_string(pc.chunk));
+    BackendSession ref({"REF", "ref", 0}, 1), cpu({"CPU", "cpu", 0}, 2, pc.chunk);
+    ASSERT_TRUE(ref.ok()) << ref.error();
+    ASSERT_TRUE(cpu.ok()) << cpu.error();
+    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+    RunResult expected = run_case(c, inputs, ref);
+    RunResult actual = run_case(c, inputs, cpu);
+    ASSERT_EQ(expected.status, GDN_OK) << expected.error;
+    ASSERT_EQ(actual.status, GDN_OK) << actual.error;
+    EXPECT_EQ(actual.stray_write, "");
+    const std::vector<std::string> names = c.op == Op::Forward ? std::vector<std::string>{"out", "states"}
+                                                               : std::vector<std::string>{"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+    for (const std::string &name : names) {
+        const Comparison cmp = compare(actual.outputs.read(name), expected.outputs.read(name));
+        const Threshold t = test_threshold(c, name);
+        EXPECT_TRUE(cmp.finite) << name;
+        EXPECT_LE(cmp.nmse, t.nmse) << name << ": " << cmp.describe();
+        EXPECT_LE(cmp.max_rel, t.max_rel) << name << ": " << cmp.describe();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Parity, ::testing::ValuesIn(parity_cases()),
+                         [](const ::testing::TestParamInfo<ParityCase> &info) {
+                             return std::to_string(info.index) + (info.param.c.op == Op::Forward ? "_fwd" : "_bwd") +
+                                    (info.param.c.kda ? "_kda" : "_gda") + "_chunk" + std::to_string(info.param.chunk);
+                         });
+
+}  // namespace
