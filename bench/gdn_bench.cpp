@@ -101,6 +101,15 @@ int main(int argc, char **argv) {
                 ->UseRealTime()
                 ->MeasureProcessCPUTime();
     }
+    // The per-token / chunked crossover at decoding sizes (27B shape, T = 1 .. 64): chunk_size 1
+    // forces per-token, chunk_size 64 forces the chunked form even where the backend would not.
+    for (const Case &c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {1, 2, 4, 8, 16, 32, 64}, "crossover"))
+        for (int chunk : {1, 64})
+            benchmark::RegisterBenchmark(("crossover/" + short_label(c) + (chunk == 1 ? "/per_token" : "/chunked")).c_str(),
+                                         bench_case, c, chunk)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime()
+                ->MeasureProcessCPUTime();
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();

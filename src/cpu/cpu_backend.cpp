@@ -3,8 +3,9 @@
 // Work is split by group = (q/k sequence, key head): a group's units (every sequence and value
 // head that reads that key head) run on one worker, in a fixed order, so dq and dk are summed
 // without atomics and every thread count gives the same bits. Long inputs use the chunked (WY)
-// form (chunk_*.cpp); decoding-size inputs (T <= per_token_max_tokens) and chunk_size = 1 use the
-// per-token recurrence of src/math/token_driver.h in float.
+// form (chunk_*.cpp); decoding-size inputs (T up to a measured crossover, when chunk_size is 0) and
+// chunk_size = 1 use the per-token recurrence: cpu/token_forward.cpp (vectorised) forward,
+// src/math/token_driver.h in float backward.
 //
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
 #include "cpu/thread_pool.h"
+#include "cpu/token_forward.h"
 #include "math/token_driver.h"
 
 namespace gdn {
@@ -26,7 +28,8 @@ using cpu::BackwardLayout;
 constexpr int64_t default_chunk_gda = 64;
 constexpr int64_t default_chunk_kda = 32;
 // Up to this many tokens the per-token form is at least as fast (measured: docs/PERF.md).
-constexpr int64_t per_token_max_tokens = 8;
+constexpr int64_t per_token_max_tokens_forward = 4;
+constexpr int64_t per_token_max_tokens_backward = 1;
 
 class CpuBackend final : public Backend {
 public:
@@ -45,12 +48,15 @@ public:
     Status forward(const ForwardArgs &a) override {
         const Dims &d = a.dims;
         const int threads = pool_.size();
-        if (per_token(d)) {
+        if (per_token(d, per_token_max_tokens_forward)) {
             token_forward_.resize(threads);
-            for (auto &s : token_forward_) s.resize(d);
-            workspace_ = threads * sizeof(float) * (d.Sk * d.Sv + d.Sv + 2 * d.Sk + d.Sv + d.gate_width);
+            workspace_ = 0;
+            for (auto &s : token_forward_) {
+                s.resize(d);
+                workspace_ += s.bytes();
+            }
             pool_.run(d.B * d.Hv, [&](int64_t unit, int worker) {
-                token::forward_unit(a, unit / d.Hv, unit % d.Hv, token_forward_[worker]);
+                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, token_forward_[worker]);
             });
             return {};
         }
@@ -71,7 +77,7 @@ public:
     Status backward(const BackwardArgs &a) override {
         const Dims &d = a.dims;
         const int threads = pool_.size();
-        if (per_token(d)) {
+        if (per_token(d, per_token_max_tokens_backward)) {
             token_backward_.resize(threads);
             workspace_ = 0;
             for (auto &s : token_backward_) {
@@ -106,7 +112,10 @@ public:
     uint64_t workspace_bytes() const override { return workspace_; }
 
 private:
-    bool per_token(const Dims &d) const { return chunk_size_ == 1 || d.T <= per_token_max_tokens; }
+    // chunk_size 1 forces the per-token form, any other explicit size the chunked one; 0 picks by T.
+    bool per_token(const Dims &d, int64_t max_tokens) const {
+        return chunk_size_ == 1 || (chunk_size_ == 0 && d.T <= max_tokens);
+    }
 
     int64_t chunk_length(const Dims &d) const {
         const int64_t c = chunk_size_ > 1 ? chunk_size_ : (d.gate_width == 1 ? default_chunk_gda : default_chunk_kda);
@@ -133,7 +142,7 @@ private:
     std::vector<std::vector<int64_t>> plans_;
     std::vector<cpu::ForwardWork> forward_;
     std::vector<cpu::BackwardWork> backward_;
-    std::vector<token::ForwardScratch<float, float>> token_forward_;
+    std::vector<cpu::TokenForwardScratch> token_forward_;
     std::vector<token::BackwardScratch<float, float>> token_backward_;
     uint64_t workspace_ = 0;
 };

@@ -7,6 +7,7 @@ set(GDN_CPU_SOURCES
   cpu/chunk_plan.cpp
   cpu/chunk_core.cpp
   cpu/chunk_vector.cpp
+  cpu/token_forward.cpp
   cpu/chunk_forward.cpp
   cpu/chunk_backward.cpp
   cpu/gemm.cpp
