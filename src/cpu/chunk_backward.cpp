@@ -34,14 +34,14 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout
     const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
     chunk.resize(d, max_chunk);
     checkpoints.resize(layout.segments * units * area);
-    replay.resize(units * layout.chunks_per_segment * area);
-    carries.resize(units * area);
-    ds0.resize(area);
+    // Slot 0 of each unit is unused (the checkpoint serves); slots 1, 2 also carry the forward pass.
+    replay.resize(layout.chunks_per_segment > 1 ? units * std::max<int64_t>(3, layout.chunks_per_segment) * area : 0);
+    carries.resize((units + 1) * area);
+    carry_slab.resize(units + 1);
     d_state.resize(area);
     doy.resize(2 * C * Sv);
     y.resize(C * Sv);
     ddm.resize(C * Sv);
-    z.resize(C * Sv);
     dqkg.resize(2 * C * Sk);
     dkl.resize(C * Sk);
     dkinv.resize(gw != 1 ? C * Sk : 0);
@@ -57,7 +57,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&checkpoints, &replay, &carries, &ds0, &d_state, &doy, &y, &ddm, &z, &dqkg, &dkl, &dkinv,
+    for (const auto *v : {&checkpoints, &replay, &carries, &d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv,
                           &dpm, &gp, &gm, &dq, &dk, &row})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
@@ -85,9 +85,9 @@ void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardW
     }
 }
 
-// The backward of one unit over one chunk. On entry dsl = dL/dS_L; on exit dL/dS0.
-void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0, float *dsl,
-                         BackwardWork &w) {
+// The backward of one unit over one chunk: dsl = dL/dS_L in, ds0 = dL/dS0 out.
+void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
+                         const float *dsl, float *ds0, BackwardWork &w) {
     const Dims &d = a.dims;
     ChunkScratch &c = w.chunk;
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
@@ -116,9 +116,9 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
-    if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, w.ds0.data());
-    else scale_rows(dsl, c.gl.data(), 1, area, 1, w.ds0.data());
-    gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, w.ds0.data(), Sv, pack);
+    if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
+    else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
+    gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, ds0, Sv, pack);
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T.
     gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
     gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
@@ -129,11 +129,11 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
             if (s > r) dP[r * L + s] = 0.0f;
             dM[r * L + s] = 0.0f;
         }
-    // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r.
-    std::copy_n(c.r.data(), L * Sv, w.z.data());
-    gemm(L, Sv, L, -1.0f, rows(M, L), rows(Dm, Sv), true, w.z.data(), Sv, pack);
+    // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r (R is not needed after this: Z overwrites it).
+    float *Z = c.r.data();
+    gemm(L, Sv, L, -1.0f, rows(M, L), rows(Dm, Sv), true, Z, Sv, pack);
     for (int64_t r = 0; r < L; ++r) {
-        if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, w.z.data() + r * Sv, Sv);
+        if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
         if (a.dv) scale_rows(w.y.data() + r * Sv, c.beta.data() + r, 1, Sv, 1, row_ptr(*a.dv, unit.h, t0 + r, unit.b));
     }
 
@@ -217,7 +217,6 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
             float *dg = row_ptr(*a.dg, unit.h, t0 + r, unit.b);
             for (int64_t ch = 0; ch < gw; ++ch) dg[ch] = static_cast<float>(w.dgam[r * gw + ch]);
         }
-    std::copy_n(w.ds0.data(), area, dsl);
 }
 
 }  // namespace
@@ -225,58 +224,57 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
 void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                     BackwardWork &w) {
     const Dims &d = a.dims;
-    const int64_t Sk = d.Sk, area = Sk * d.Sv;
+    const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
     const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
     const int64_t chunks = static_cast<int64_t>(ends.size());
-    const int64_t max_chunk = w.chunk.C;
-    const BackwardLayout layout = BackwardLayout::of(chunks, d.T, max_chunk);
+    const BackwardLayout layout = BackwardLayout::of(chunks, d.T, w.chunk.C);
     const int64_t per_seg = layout.chunks_per_segment;
+    const int64_t slots = std::max<int64_t>(3, per_seg);  // replay slots per unit
     ChunkScratch &c = w.chunk;
     auto start_of = [&](int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); };
-
-    // Forward pass: the entry state of every segment, per unit (replay slot 0 as the running state).
-    for (int64_t u = 0; u < units; ++u) {
-        const ChunkUnit unit = group_unit(d, bq, kh, u);
-        float *s = w.replay.data() + u * per_seg * area;
-        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s);
-        else std::fill(s, s + area, 0.0f);
-    }
-    for (int64_t ci = 0; ci < chunks; ++ci) {
-        if (ci % per_seg == 0)
-            for (int64_t u = 0; u < units; ++u)
-                std::copy_n(w.replay.data() + u * per_seg * area, area,
-                            w.checkpoints.data() + ((ci / per_seg) * units + u) * area);
-        if (ci + 1 == chunks) break;
+    auto checkpoint = [&](int64_t seg, int64_t u) { return w.checkpoints.data() + (seg * units + u) * area; };
+    // Entry state of chunk c0 + j of the current segment: the checkpoint, then replayed states.
+    auto entry = [&](int64_t seg, int64_t u, int64_t j) {
+        return j == 0 ? checkpoint(seg, u) : w.replay.data() + (u * slots + j) * area;
+    };
+    // One chunk forward for every unit: s_next(u) = the state after chunk ci from s(u).
+    auto advance_chunk = [&](int64_t ci, auto &&s, auto &&s_next) {
         const int64_t t0 = start_of(ci), L = ends[ci] - t0;
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
         for (int64_t u = 0; u < units; ++u) {
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
-            float *s = w.replay.data() + u * per_seg * area;
-            solve_deltas(s, L, c);
-            advance_state(s, L, c);
+            solve_deltas(s(u), L, c);
+            advance_state(s(u), s_next(u), L, c);
         }
-    }
+    };
 
+    // Forward pass: the entry state of every segment's first chunk, per unit. Within a segment
+    // the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
+    for (int64_t u = 0; u < units; ++u) {
+        const ChunkUnit unit = group_unit(d, bq, kh, u);
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, checkpoint(0, u));
+        else std::fill(checkpoint(0, u), checkpoint(0, u) + area, 0.0f);
+    }
+    auto running = [&](int64_t ci, int64_t u) {  // where the entry state of chunk ci lives in this pass
+        const int64_t j = ci % per_seg;
+        return j == 0 ? checkpoint(ci / per_seg, u) : w.replay.data() + (u * slots + 1 + (j + 1) % 2) * area;
+    };
+    for (int64_t ci = 0; ci + 1 < chunks; ++ci)
+        advance_chunk(ci, [&](int64_t u) { return running(ci, u); }, [&](int64_t u) { return running(ci + 1, u); });
+
+    for (int64_t u = 0; u <= units; ++u) w.carry_slab[u] = u;  // slab `units` is the spare
     std::fill(w.carries.begin(), w.carries.end(), 0.0f);
     for (int64_t seg = layout.segments - 1; seg >= 0; --seg) {
         const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
-        // Replay the segment: replay[u][j] = entry state of chunk c0 + j.
-        for (int64_t u = 0; u < units; ++u)
-            std::copy_n(w.checkpoints.data() + (seg * units + u) * area, area, w.replay.data() + u * per_seg * area);
-        for (int64_t ci = c0; ci + 1 < c1; ++ci) {
-            const int64_t t0 = start_of(ci), L = ends[ci] - t0;
-            load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
-            for (int64_t u = 0; u < units; ++u) {
-                prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
-                float *s = w.replay.data() + (u * per_seg + (ci - c0)) * area;
-                solve_deltas(s, L, c);
-                std::copy_n(s, area, s + area);
-                advance_state(s + area, L, c);
-            }
-        }
+        for (int64_t ci = c0; ci + 1 < c1; ++ci)
+            advance_chunk(ci, [&](int64_t u) { return entry(seg, u, ci - c0); },
+                          [&](int64_t u) { return entry(seg, u, ci - c0 + 1); });
         for (int64_t ci = c1 - 1; ci >= c0; --ci) {
             const int64_t t0 = start_of(ci), t1 = ends[ci], L = t1 - t0;
+            const int64_t prev_start = ci > 0 ? start_of(ci - 1) : t0;
             load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, true, c);
+            prefetch_rows(a.q, kh, prev_start, t0, bq, Sk);
+            prefetch_rows(a.k, kh, prev_start, t0, bq, Sk);
             std::fill_n(w.dq.begin(), L * Sk, 0.0f);
             std::fill_n(w.dk.begin(), L * Sk, 0.0f);
             if (!c.kda) {
@@ -286,12 +284,16 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
             const int64_t slot = d.T - t1;
             for (int64_t u = 0; u < units; ++u) {
                 const ChunkUnit unit = group_unit(d, bq, kh, u);
-                float *dsl = w.carries.data() + u * area;
+                prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, Sv);
+                prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, Sv);
+                float *dsl = w.carries.data() + w.carry_slab[u] * area;
                 if (a.d_states && slot < d.written_slots()) {
                     load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
-                    for (int64_t n = 0; n < area; ++n) dsl[n] += w.d_state[n];
+                    axpy(1.0f, w.d_state.data(), dsl, area);
                 }
-                backward_unit_chunk(a, unit, t0, L, w.replay.data() + (u * per_seg + (ci - c0)) * area, dsl, w);
+                float *ds0 = w.carries.data() + w.carry_slab[units] * area;
+                backward_unit_chunk(a, unit, t0, L, entry(seg, u, ci - c0), dsl, ds0, w);
+                std::swap(w.carry_slab[u], w.carry_slab[units]);
             }
             if (!c.kda) {
                 // dQ += GP K;  dK += GP^T Q + (GM + GM^T) K.
@@ -310,7 +312,7 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
     if (a.ds0)
         for (int64_t u = 0; u < units; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
-            store_state(*a.ds0, d, unit.h, unit.b, w.carries.data() + u * area);
+            store_state(*a.ds0, d, unit.h, unit.b, w.carries.data() + w.carry_slab[u] * area);
         }
 }
 

@@ -30,7 +30,6 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     k.resize(C * Sk);
     qk.resize(kda ? 0 : C * C);
     kk.resize(kda ? 0 : C * C);
-    v.resize(C * Sv);
     beta.resize(C);
     gam.resize(C * gw);
     e.resize(C * gw);
@@ -53,7 +52,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&q, &k, &qk, &kk, &v, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
+    for (const auto *vec : {&q, &k, &qk, &kk, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
                             &r, &dm, &o, &pack})
         n += vec->size() * sizeof(float);
     return n + gam.size() * sizeof(double);
@@ -117,7 +116,7 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
                         ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w) {
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = w.gw;
     for (int64_t r = 0; r < L; ++r) {
-        std::memcpy(w.v.data() + r * Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * Sv);
+        std::memcpy(w.r.data() + r * Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * Sv);
         w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
     }
     compute_gates(g, u, t0, L, w);
@@ -154,7 +153,6 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    std::copy_n(w.v.data(), L * Sv, w.r.data());
     gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
     // Dm = A (beta o R): scale the columns of A by beta instead of copying R.
     float *ab = w.a_beta.data();
@@ -163,10 +161,19 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     gemm(L, Sv, L, 1.0f, rows(ab, L), rows(w.r.data(), Sv), false, w.dm.data(), Sv, w.pack.data());
 }
 
-void advance_state(float *s, int64_t L, ChunkScratch &w) {
+void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    for (int64_t i = 0; i < Sk; ++i) scale(w.gl[w.kda ? i : 0], s + i * Sv, Sv);
-    gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), true, s, Sv, w.pack.data());
+    if (w.kda) scale_rows(s, w.gl.data(), Sk, Sv, 1, s_next);
+    else scale_rows(s, w.gl.data(), 1, Sk * Sv, 1, s_next);
+    gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), true, s_next, Sv, w.pack.data());
+}
+
+void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {
+    if (t == nullptr) return;
+    for (int64_t r = t_begin; r < t_end; ++r) {
+        const char *row = element_ptr(*t, 0, i1, r, i3);
+        for (int64_t byte = 0; byte < row_floats * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
+    }
 }
 
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {

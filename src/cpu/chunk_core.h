@@ -32,7 +32,7 @@ struct ChunkScratch {
     // The group's chunk: Q, K rows (L x Sk); GDA: Q K^T and K K^T (L x L, full).
     std::vector<float> q, k, qk, kk;
     // One unit's chunk.
-    std::vector<float> v, beta;           // L x Sv, L
+    std::vector<float> beta;              // L
     std::vector<double> gam;              // L x gw prefix sums
     std::vector<float> e, f, einv, gl;    // L x gw, L x gw, L x gw (KDA), gw
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r
@@ -40,7 +40,7 @@ struct ChunkScratch {
     std::vector<float> kl, kinv;          // L x Sk
     std::vector<float> p, m, a;           // L x L
     std::vector<float> a_beta;            // L x L: A diag(beta)
-    std::vector<float> r, dm, o;          // L x Sv
+    std::vector<float> r, dm, o;          // L x Sv (r: V, then R = V - Kg S0)
     std::vector<float> pack;              // GEMM packing
 
     void resize(const Dims &d, int64_t max_chunk);
@@ -58,16 +58,20 @@ struct ChunkUnit {
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                       int64_t L, bool with_qk, ChunkScratch &w);
 
-// Loads the unit's v, beta, g rows and computes gates, Qg (when with_q), Kg, Kl, M, P (when
-// with_q) and A.
+// Loads the unit's v (into r), beta, g rows and computes gates, Qg (when with_q), Kg, Kl, M,
+// P (when with_q) and A.
 void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
                         ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w);
 
-// R = V - Kg S0 and Dm = A diag(beta) R.
+// R = V - Kg S0 (in r) and Dm = A diag(beta) R.
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w);
 
-// S <- diag(gL) S + Kl^T Dm (in place).
-void advance_state(float *s, int64_t L, ChunkScratch &w);
+// s_next = diag(gL) s + Kl^T Dm; s_next may be s.
+void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
+
+// Asks for the rows [t_begin, t_end) of tensor t at (i1, i3) to be brought into cache: the next
+// chunk's rows of the strided q/k/v views are each a page apart.
+void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats);
 
 // Copies between the memory layout (transposed, strided) and a row-major Sk x Sv state.
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s);

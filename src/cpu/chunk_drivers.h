@@ -38,11 +38,12 @@ struct BackwardLayout {
 struct BackwardWork {
     ChunkScratch chunk;
     std::vector<float> checkpoints;  // segments x units x area
-    std::vector<float> replay;       // units x chunks_per_segment x area
-    std::vector<float> carries;      // units x area: dL/dS at the current chunk end
-    std::vector<float> ds0, d_state; // area
+    std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
+    std::vector<float> carries;      // (units + 1) x area: dL/dS at the current chunk end, and a spare
+    std::vector<int64_t> carry_slab; // units + 1: which slab of carries is unit u's; the last is the spare
+    std::vector<float> d_state;      // area
     std::vector<float> doy;          // 2C x Sv: scale * dO, then -beta o Y
-    std::vector<float> y, ddm, z;    // C x Sv
+    std::vector<float> y, ddm;       // C x Sv
     std::vector<float> dqkg;         // 2C x Sk: dQg, then dKg
     std::vector<float> dkl, dkinv;   // C x Sk
     std::vector<float> dpm;          // 2C x C: dP, then dM

@@ -29,11 +29,15 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
     }
     const bool with_out = a.out != nullptr;
     int64_t t0 = 0;
-    for (const int64_t t1 : ends) {
-        const int64_t L = t1 - t0;
+    for (size_t ci = 0; ci < ends.size(); ++ci) {
+        const int64_t t1 = ends[ci], L = t1 - t0;
+        const int64_t next_end = ci + 1 < ends.size() ? ends[ci + 1] : t1;
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, with_out, c);
+        if (with_out) prefetch_rows(a.q, kh, t1, next_end, bq, Sk);
+        prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
         for (int64_t u = 0; u < units; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
+            prefetch_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
             float *s = w.states.data() + u * area;
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, c);
             solve_deltas(s, L, c);
@@ -44,7 +48,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
                 for (int64_t r = 0; r < L; ++r)
                     std::memcpy(element_ptr(*a.out, 0, unit.h, t0 + r, unit.b), c.o.data() + r * Sv, sizeof(float) * Sv);
             }
-            advance_state(s, L, c);
+            advance_state(s, s, L, c);
             const int64_t slot = d.T - t1;
             if (a.states && slot < d.K) store_state(*a.states, d, unit.h, slot * d.B + unit.b, s);
         }
