@@ -94,7 +94,7 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     const bool kda = gw != 1;
     float *pack = c.pack.data();
     prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, true, c);
-    solve_deltas(s0, L, c);
+    solve_deltas(s0, L, false, c);
     const float *P = c.p.data(), *M = c.m.data(), *A = c.a.data(), *Dm = c.dm.data();
     const float *Qg = c.qg(), *Kg = c.kg(L);
 
@@ -197,8 +197,8 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
         for (int64_t r = 0; r < L; ++r) {
             const float dpr = dP[r * L + r];
-            axpy(dpr, c.k.data() + r * Sk, w.dq.data() + r * Sk, Sk);
-            axpy(dpr, c.q.data() + r * Sk, w.dk.data() + r * Sk, Sk);
+            axpy(dpr, c.k(L) + r * Sk, w.dq.data() + r * Sk, Sk);
+            axpy(dpr, c.q() + r * Sk, w.dk.data() + r * Sk, Sk);
             dP[r * L + r] = 0.0f;
         }
         if (L > 1) {
@@ -243,7 +243,7 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
         for (int64_t u = 0; u < units; ++u) {
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
-            solve_deltas(s(u), L, c);
+            solve_deltas(s(u), L, false, c);
             advance_state(s(u), s_next(u), L, c);
         }
     };
@@ -298,10 +298,10 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
             if (!c.kda) {
                 // dQ += GP K;  dK += GP^T Q + (GM + GM^T) K.
                 float *pack = c.pack.data();
-                gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k.data(), Sk), true, w.dq.data(), Sk, pack);
-                gemm(L, Sk, L, 1.0f, transposed(w.gp.data(), L), rows(c.q.data(), Sk), true, w.dk.data(), Sk, pack);
-                gemm(L, Sk, L, 1.0f, rows(w.gm.data(), L), rows(c.k.data(), Sk), true, w.dk.data(), Sk, pack);
-                gemm(L, Sk, L, 1.0f, transposed(w.gm.data(), L), rows(c.k.data(), Sk), true, w.dk.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, transposed(w.gp.data(), L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, rows(w.gm.data(), L), rows(c.k(L), Sk), true, w.dk.data(), Sk, pack);
+                gemm(L, Sk, L, 1.0f, transposed(w.gm.data(), L), rows(c.k(L), Sk), true, w.dk.data(), Sk, pack);
             }
             for (int64_t r = 0; r < L; ++r) {
                 if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), w.dq.data() + r * Sk, sizeof(float) * Sk);

@@ -26,10 +26,8 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     gw = d.gate_width;
     C = max_chunk;
     kda = gw != 1;
-    q.resize(C * Sk);
-    k.resize(C * Sk);
-    qk.resize(kda ? 0 : C * C);
-    kk.resize(kda ? 0 : C * C);
+    qk_rows.resize(2 * C * Sk);
+    gram.resize(kda ? 0 : 2 * C * C);
     beta.resize(C);
     gam.resize(C * gw);
     e.resize(C * gw);
@@ -46,13 +44,13 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     a_beta.resize(C * C);
     r.resize(C * Sv);
     dm.resize(C * Sv);
-    o.resize(C * Sv);
+    o.resize(2 * C * Sv);
     pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
 }
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&q, &k, &qk, &kk, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
                             &r, &dm, &o, &pack})
         n += vec->size() * sizeof(float);
     return n + gam.size() * sizeof(double);
@@ -62,12 +60,14 @@ void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, i
                       int64_t L, bool with_qk, ChunkScratch &w) {
     const int64_t Sk = d.Sk;
     for (int64_t r = 0; r < L; ++r) {
-        std::memcpy(w.q.data() + r * Sk, row_f32(q, kh, t0 + r, bq), sizeof(float) * Sk);
-        std::memcpy(w.k.data() + r * Sk, row_f32(k, kh, t0 + r, bq), sizeof(float) * Sk);
+        std::memcpy(w.q() + r * Sk, row_f32(q, kh, t0 + r, bq), sizeof(float) * Sk);
+        std::memcpy(w.k(L) + r * Sk, row_f32(k, kh, t0 + r, bq), sizeof(float) * Sk);
     }
     if (w.kda) return;
-    if (with_qk) gemm(L, L, Sk, 1.0f, rows(w.q.data(), Sk), transposed(w.k.data(), Sk), false, w.qk.data(), L, w.pack.data());
-    gemm(L, L, Sk, 1.0f, rows(w.k.data(), Sk), transposed(w.k.data(), Sk), false, w.kk.data(), L, w.pack.data());
+    // [Q; K] K^T in one product; without Q only the K K^T half.
+    const int64_t first = with_qk ? 0 : L;
+    gemm(2 * L - first, L, Sk, 1.0f, rows(w.qk_rows.data() + first * Sk, Sk), transposed(w.k(L), Sk), false,
+         w.gram.data() + first * L, L, w.pack.data());
 }
 
 namespace {
@@ -120,21 +120,22 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
         w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
     }
     compute_gates(g, u, t0, L, w);
-    if (with_q) scale_rows(w.q.data(), w.e.data(), L, Sk, gw, w.qg());
-    scale_rows(w.k.data(), w.e.data(), L, Sk, gw, w.kg(L));
-    scale_rows(w.k.data(), w.f.data(), L, Sk, gw, w.kl.data());
+    if (with_q) scale_rows(w.q(), w.e.data(), L, Sk, gw, w.qg());
+    scale_rows(w.k(L), w.e.data(), L, Sk, gw, w.kg(L));
+    scale_rows(w.k(L), w.f.data(), L, Sk, gw, w.kl.data());
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
+        const float *qk = w.qk(L), *kk = w.kk(L);
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 const bool below = s < r;
-                M[r * L + s] = below ? w.kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
-                if (with_q) P[r * L + s] = below ? w.qk[r * L + s] * w.gam_mat[r * L + s] : (s == r ? w.qk[r * L + r] : 0.0f);
+                M[r * L + s] = below ? kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
+                if (with_q) P[r * L + s] = below ? qk[r * L + s] * w.gam_mat[r * L + s] : (s == r ? qk[r * L + r] : 0.0f);
             }
     } else {
         if (L > 1) {
-            scale_rows(w.k.data(), w.einv.data(), L, Sk, gw, w.kinv.data());
+            scale_rows(w.k(L), w.einv.data(), L, Sk, gw, w.kinv.data());
             gemm(L, L, Sk, 1.0f, rows(w.kg(L), Sk), transposed(w.kinv.data(), Sk), false, M, L, w.pack.data());
             if (with_q)
                 gemm(L, L, Sk, 1.0f, rows(w.qg(), Sk), transposed(w.kinv.data(), Sk), false, P, L, w.pack.data());
@@ -145,15 +146,20 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
                 M[r * L + s] = 0.0f;
                 if (with_q) P[r * L + s] = 0.0f;
             }
-            if (with_q) P[r * L + r] = dot(w.q.data() + r * Sk, w.k.data() + r * Sk, Sk);
+            if (with_q) P[r * L + r] = dot(w.q() + r * Sk, w.k(L) + r * Sk, Sk);
         }
     }
     invert_unit_lower(L, w.beta.data(), w.m.data(), w.a.data());
 }
 
-void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
+void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
+    if (with_qs) {
+        gemm(2 * L, Sv, Sk, 1.0f, rows(w.qkg.data(), Sk), rows(s0, Sv), false, w.o.data(), Sv, w.pack.data());
+        axpy(-1.0f, w.o.data() + L * Sv, w.r.data(), L * Sv);
+    } else {
+        gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
+    }
     // Dm = A (beta o R): scale the columns of A by beta instead of copying R.
     float *ab = w.a_beta.data();
     for (int64_t r = 0; r < L; ++r)

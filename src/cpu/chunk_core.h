@@ -29,8 +29,8 @@ struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
 
-    // The group's chunk: Q, K rows (L x Sk); GDA: Q K^T and K K^T (L x L, full).
-    std::vector<float> q, k, qk, kk;
+    // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, full).
+    std::vector<float> qk_rows, gram;
     // One unit's chunk.
     std::vector<float> beta;              // L
     std::vector<double> gam;              // L x gw prefix sums
@@ -40,12 +40,17 @@ struct ChunkScratch {
     std::vector<float> kl, kinv;          // L x Sk
     std::vector<float> p, m, a;           // L x L
     std::vector<float> a_beta;            // L x L: A diag(beta)
-    std::vector<float> r, dm, o;          // L x Sv (r: V, then R = V - Kg S0)
+    std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0)
+    std::vector<float> o;                 // 2L x Sv: Qg S0 (then O), Kg S0
     std::vector<float> pack;              // GEMM packing
 
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 
+    float *q() { return qk_rows.data(); }
+    float *k(int64_t L) { return qk_rows.data() + L * Sk; }
+    const float *qk(int64_t L) const { (void)L; return gram.data(); }
+    const float *kk(int64_t L) const { return gram.data() + L * L; }
     float *qg() { return qkg.data(); }
     float *kg(int64_t L) { return qkg.data() + L * Sk; }
 };
@@ -63,8 +68,9 @@ void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, i
 void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
                         ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w);
 
-// R = V - Kg S0 (in r) and Dm = A diag(beta) R.
-void solve_deltas(const float *s0, int64_t L, ChunkScratch &w);
+// R = V - Kg S0 (in r) and Dm = A diag(beta) R; with_qs: also Qg S0 (in o), from the same
+// product [Qg; Kg] S0.
+void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w);
 
 // s_next = diag(gL) s + Kl^T Dm; s_next may be s.
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);

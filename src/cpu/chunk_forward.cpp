@@ -4,6 +4,7 @@
 
 #include "core/tensor.h"
 #include "cpu/chunk_drivers.h"
+#include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
 
 namespace gdn::cpu {
@@ -40,10 +41,10 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             prefetch_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
             float *s = w.states.data() + u * area;
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, c);
-            solve_deltas(s, L, c);
+            solve_deltas(s, L, with_out, c);
             if (with_out) {
-                // O = scale (Qg S0 + P Dm), before S0 is advanced.
-                gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, c.o.data(), Sv, c.pack.data());
+                // O = scale (Qg S0 + P Dm), Qg S0 from solve_deltas.
+                cpu::scale(scale, c.o.data(), L * Sv);
                 gemm(L, Sv, L, scale, rows(c.p.data(), L), rows(c.dm.data(), Sv), true, c.o.data(), Sv, c.pack.data());
                 for (int64_t r = 0; r < L; ++r)
                     std::memcpy(element_ptr(*a.out, 0, unit.h, t0 + r, unit.b), c.o.data() + r * Sv, sizeof(float) * Sv);
