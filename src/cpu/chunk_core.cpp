@@ -30,6 +30,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     gram.resize(kda ? 0 : 2 * C * C);
     beta.resize(C);
     gam.resize(C * gw);
+    exp_arg.resize(C * std::max(C, gw));
     e.resize(C * gw);
     f.resize(C * gw);
     einv.resize(C * gw);
@@ -53,7 +54,7 @@ uint64_t ChunkScratch::bytes() const {
     for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
                             &r, &dm, &o, &pack})
         n += vec->size() * sizeof(float);
-    return n + gam.size() * sizeof(double);
+    return n + (gam.size() + exp_arg.size()) * sizeof(double);
 }
 
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
@@ -87,27 +88,33 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
         }
     }
     const double *gam_last = w.gam.data() + (L - 1) * gw;
-    for (int64_t i = 0; i < gw; ++i) w.gl[i] = static_cast<float>(std::exp(gam_last[i]));
+    double *arg = w.exp_arg.data();
+    exp_to_float(gam_last, w.gl.data(), gw);
+    exp_to_float(w.gam.data(), w.e.data(), L * gw);
     // exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) when both factors stay finite and normal
-    // (always for KDA: chunk_plan bounds every channel's span); otherwise (GDA under strong decay) one exp
-    // per pair.
+    // (always for KDA: chunk_plan bounds every channel's span); otherwise (GDA under strong
+    // decay) one exp per pair. F = exp(gam_L - gam) likewise.
     const bool factored = w.kda || hi - lo <= kda_span_limit;
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t i = 0; i < gw; ++i) {
-            const int64_t n = r * gw + i;
-            const double x = w.gam[n];
-            w.e[n] = static_cast<float>(std::exp(x));
-            if (factored && L > 1) {
-                w.einv[n] = static_cast<float>(std::exp(-x));
-                w.f[n] = w.gl[i] * w.einv[n];
-            } else {
-                w.f[n] = static_cast<float>(std::exp(gam_last[i] - x));
-            }
-        }
-    if (!w.kda)
+    if (factored && L > 1) {
+        for (int64_t n = 0; n < L * gw; ++n) arg[n] = -w.gam[n];
+        exp_to_float(arg, w.einv.data(), L * gw);
         for (int64_t r = 0; r < L; ++r)
-            for (int64_t s = 0; s < r; ++s)
-                w.gam_mat[r * L + s] = factored ? w.e[r] * w.einv[s] : static_cast<float>(std::exp(w.gam[r] - w.gam[s]));
+            for (int64_t i = 0; i < gw; ++i) w.f[r * gw + i] = w.gl[i] * w.einv[r * gw + i];
+    } else {
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t i = 0; i < gw; ++i) arg[r * gw + i] = gam_last[i] - w.gam[r * gw + i];
+        exp_to_float(arg, w.f.data(), L * gw);
+    }
+    if (!w.kda) {
+        if (factored) {
+            for (int64_t r = 0; r < L; ++r)
+                for (int64_t s = 0; s < r; ++s) w.gam_mat[r * L + s] = w.e[r] * w.einv[s];
+        } else {
+            for (int64_t r = 0; r < L; ++r)
+                for (int64_t s = 0; s < L; ++s) arg[r * L + s] = s < r ? w.gam[r] - w.gam[s] : 0.0;
+            exp_to_float(arg, w.gam_mat.data(), L * L);
+        }
+    }
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ struct ChunkScratch {
     // One unit's chunk.
     std::vector<float> beta;              // L
     std::vector<double> gam;              // L x gw prefix sums
+    std::vector<double> exp_arg;          // L x max(L, gw): arguments of one batch of exp
     std::vector<float> e, f, einv, gl;    // L x gw, L x gw, L x gw (KDA), gw
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r
     std::vector<float> qkg;               // 2L x Sk: Qg in rows 0..L-1, Kg in rows L..2L-1

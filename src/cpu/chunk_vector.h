@@ -19,6 +19,11 @@ void scale(float alpha, float *x, int64_t n);
 // y += x o z (element-wise).
 void add_product(const float *x, const float *z, float *y, int64_t n);
 
+// y_i = exp(x_i) rounded to float, for double x (prefix sums of gates): range reduction in
+// double, so the result keeps float accuracy (< 1 ulp) whatever the magnitude of x; 0 below
+// -104, inf above 89, NaN stays NaN.
+void exp_to_float(const double *x, float *y, int64_t n);
+
 // dst[r] = src[r] * scale[r] for L rows of n floats: one factor per row (gw == 1) or per
 // element (gw == n).
 void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst);

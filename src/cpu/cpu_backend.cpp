@@ -26,7 +26,7 @@ namespace {
 using cpu::BackwardLayout;
 
 constexpr int64_t default_chunk_gda = 64;
-constexpr int64_t default_chunk_kda = 32;
+constexpr int64_t default_chunk_kda = 64;
 // Up to this many tokens the per-token form is at least as fast (measured: docs/PERF.md).
 constexpr int64_t per_token_max_tokens_forward = 4;
 constexpr int64_t per_token_max_tokens_backward = 1;

@@ -31,7 +31,7 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
         const float *q = row_f32(*a.q, kh, t, bq), *k = row_f32(*a.k, kh, t, bq), *v = row_f32(*a.v, h, t, b);
         const float *g = row_f32(*a.g, h, t, b);
         const float beta = *row_f32(*a.beta, h, t, b);
-        for (int64_t i = 0; i < d.gate_width; ++i) w.decay[i] = std::exp(g[i]);
+        for (int64_t i = 0; i < d.gate_width; ++i) w.decay[i] = std::exp(g[i]);  // as ref: exp of each gate
         for (int64_t j = 0; j < Sv; ++j) {
             float *col = st + j * Sk;
             if (per_channel) {
