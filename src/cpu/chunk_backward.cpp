@@ -48,17 +48,17 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout
     dpm.resize(2 * C * C);
     gp.resize(gw == 1 ? C * C : 0);
     gm.resize(gw == 1 ? C * C : 0);
+    gm_pair.resize(gw == 1 ? 2 * C * C : 0);
     dq.resize(C * Sk);
     dk.resize(C * Sk);
     for (auto *v : {&single, &link, &pair, &acc, &dgam}) v->resize(C * gw);
     wterm.resize(gw);
-    row.resize(std::max(Sv, gw));
 }
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
     for (const auto *v : {&checkpoints, &replay, &carries, &d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv,
-                          &dpm, &gp, &gm, &dq, &dk, &row})
+                          &dpm, &gp, &gm, &gm_pair, &dq, &dk})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
     return n;
@@ -296,12 +296,15 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
                 std::swap(w.carry_slab[u], w.carry_slab[units]);
             }
             if (!c.kda) {
-                // dQ += GP K;  dK += GP^T Q + (GM + GM^T) K.
-                float *pack = c.pack.data();
+                // dQ += GP K;  dK += [GP^T, GM + GM^T] [Q; K] (one product over 2L).
+                float *pack = c.pack.data(), *lhs = w.gm_pair.data();
+                for (int64_t r = 0; r < L; ++r)
+                    for (int64_t s = 0; s < L; ++s) {
+                        lhs[r * 2 * L + s] = w.gp[s * L + r];
+                        lhs[r * 2 * L + L + s] = w.gm[r * L + s] + w.gm[s * L + r];
+                    }
                 gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
-                gemm(L, Sk, L, 1.0f, transposed(w.gp.data(), L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
-                gemm(L, Sk, L, 1.0f, rows(w.gm.data(), L), rows(c.k(L), Sk), true, w.dk.data(), Sk, pack);
-                gemm(L, Sk, L, 1.0f, transposed(w.gm.data(), L), rows(c.k(L), Sk), true, w.dk.data(), Sk, pack);
+                gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
             }
             for (int64_t r = 0; r < L; ++r) {
                 if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), w.dq.data() + r * Sk, sizeof(float) * Sk);

@@ -48,10 +48,10 @@ struct BackwardWork {
     std::vector<float> dkl, dkinv;   // C x Sk
     std::vector<float> dpm;          // 2C x C: dP, then dM
     std::vector<float> gp, gm;       // C x C: GDA sums over the group's units of dP o Gam, dM o Gam
+    std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
     std::vector<float> dq, dk;       // C x Sk: the group's dq, dk rows of the chunk
     std::vector<double> single, link, pair, acc, dgam;  // C x gw: gate-gradient pieces
     std::vector<double> wterm;       // gw: the gL term of the gate gradient
-    std::vector<float> row;          // max(Sv, gw) floats: one output row
     void resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout);
     uint64_t bytes() const;
 };
