@@ -2,7 +2,8 @@
 //   gdn/<isa>   the backend's kernel (src/cpu/gemm_kernel.inc) forced to avx512, avx2 or sse2
 //   loops       a plain i-k-j loop nest, compiled for AVX-512 by GCC's auto-vectoriser
 //   refblas     Debian's reference BLAS sgemm (libblas3), when linked
-// Shapes: NN 64x128x128 (V - Kg S), TN 128x128x64 (Kl^T Dm), NT 64x64x128 (Q K^T).
+// Shapes: NN 64x128x128 (V - Kg S), TN 128x128x64 (Kl^T Dm), NT 64x64x128 (Q K^T),
+// NN/NT 128x128x128 ([dO; Y] S and [dO; Y] S^T).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -108,7 +109,9 @@ struct ShapeArg {
 int main(int argc, char **argv) {
     const ShapeArg shapes[] = {{"NN_64x128x128", 64, 128, 128, false, false},
                                {"TN_128x128x64", 128, 128, 64, true, false},
-                               {"NT_64x64x128", 64, 64, 128, false, true}};
+                               {"NT_64x64x128", 64, 64, 128, false, true},
+                               {"NN_128x128x128", 128, 128, 128, false, false},
+                               {"NT_128x128x128", 128, 128, 128, false, true}};
     for (const ShapeArg &s : shapes) {
         for (const char *isa : {"avx512", "avx2", "sse2"})
             benchmark::RegisterBenchmark((std::string("gdn_") + isa + "/" + s.name).c_str(), bm_gdn, isa, s.m, s.n, s.k,
