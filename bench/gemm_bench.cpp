@@ -2,6 +2,8 @@
 //   gdn/<isa>   the backend's kernel (src/cpu/gemm_kernel.inc) forced to avx512, avx2 or sse2
 //   loops       a plain i-k-j loop nest, compiled for AVX-512 by GCC's auto-vectoriser
 //   refblas     Debian's reference BLAS sgemm (libblas3), when linked
+//   eigen       Eigen 3 matrix products (AVX-512 build), when found
+//   libxsmm     libxsmm JIT small-matrix kernels, NN only, when found
 // Shapes: NN 64x128x128 (V - Kg S), TN 128x128x64 (Kl^T Dm), NT 64x64x128 (Q K^T),
 // NN/NT 128x128x128 ([dO; Y] S and [dO; Y] S^T).
 #include <benchmark/benchmark.h>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "cpu/gemm.h"
+#include "gemm_bench_libs.h"
 
 #if defined(GDN_HAVE_FORTRAN_SGEMM)
 extern "C" void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
@@ -98,6 +101,31 @@ void bm_refblas(benchmark::State &state, int m, int n, int k, bool at, bool bt) 
 }
 #endif
 
+#if defined(GDN_HAVE_EIGEN)
+void bm_eigen(benchmark::State &state, int m, int n, int k, bool at, bool bt) {
+    Problem p(m, n, k, at, bt);
+    for (auto _ : state) {
+        bench::eigen_gemm(m, n, k, at, bt, p.a.data(), p.b.data(), p.c.data());
+        benchmark::DoNotOptimize(p.c.data());
+    }
+    finish(state, p);
+}
+#endif
+
+#if defined(GDN_HAVE_LIBXSMM)
+void bm_xsmm(benchmark::State &state, int m, int n, int k) {
+    Problem p(m, n, k, false, false);
+    for (auto _ : state) {
+        if (!bench::xsmm_gemm(m, n, k, p.a.data(), p.b.data(), p.c.data())) {
+            state.SkipWithError("libxsmm: no kernel for this shape");
+            break;
+        }
+        benchmark::DoNotOptimize(p.c.data());
+    }
+    finish(state, p);
+}
+#endif
+
 struct ShapeArg {
     const char *name;
     int m, n, k;
@@ -119,6 +147,13 @@ int main(int argc, char **argv) {
         benchmark::RegisterBenchmark((std::string("loops/") + s.name).c_str(), bm_loops, s.m, s.n, s.k, s.at, s.bt);
 #if defined(GDN_HAVE_FORTRAN_SGEMM)
         benchmark::RegisterBenchmark((std::string("refblas/") + s.name).c_str(), bm_refblas, s.m, s.n, s.k, s.at, s.bt);
+#endif
+#if defined(GDN_HAVE_EIGEN)
+        benchmark::RegisterBenchmark((std::string("eigen/") + s.name).c_str(), bm_eigen, s.m, s.n, s.k, s.at, s.bt);
+#endif
+#if defined(GDN_HAVE_LIBXSMM)
+        if (!s.at && !s.bt)
+            benchmark::RegisterBenchmark((std::string("libxsmm/") + s.name).c_str(), bm_xsmm, s.m, s.n, s.k);
 #endif
     }
     benchmark::Initialize(&argc, argv);
