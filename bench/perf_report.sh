@@ -9,7 +9,7 @@ reps=${3:-5}
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/gdn_bench" --threads="$threads" --benchmark_repetitions="$reps" \
     --benchmark_report_aggregates_only=true --benchmark_min_time=1 \
-    --benchmark_filter="${GDN_BENCH_FILTER:-^(fwd|bwd)}" 2>/dev/null | grep -E '_(median|cv) '
+    --benchmark_filter="${GDN_BENCH_FILTER:-^(fwd|bwd)}" 2>/dev/null | grep -E '_(median|cv|min) '
 "$build/bench/gemm_bench" --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
     --benchmark_min_time=0.2 2>/dev/null | grep -E '_median '
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
