@@ -117,6 +117,25 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
     }
 }
 
+// A = (I + diag(beta) M)^-1 in row blocks of 16: the rows of a block first take the earlier
+// blocks' part of A_r = e_r - beta_r sum_{s<r} M_rs A_s as one product, then finish by
+// substitution inside the block (short loops of row pairs are what made the plain
+// substitution slow).
+void invert_unit_lower(int64_t L, ChunkScratch &w) {
+    constexpr int64_t block = 16;
+    float *A = w.a.data(), *coef = w.a_beta.data();  // a_beta is free until solve_deltas
+    std::fill(A, A + L * L, 0.0f);
+    for (int64_t r0 = 0; r0 < L; r0 += block) {
+        const int64_t r1 = std::min(L, r0 + block);
+        if (r0 > 0) {
+            for (int64_t r = r0; r < r1; ++r)
+                for (int64_t s = 0; s < r0; ++s) coef[(r - r0) * r0 + s] = -w.beta[r] * w.m[r * L + s];
+            gemm(r1 - r0, r0, r0, 1.0f, rows(coef, r0), rows(A, L), false, A + r0 * L, L, w.pack.data());
+        }
+        invert_rows(L, r0, r1, w.beta.data(), w.m.data(), A);
+    }
+}
+
 }  // namespace
 
 void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
@@ -156,7 +175,7 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
             if (with_q) P[r * L + r] = dot(w.q() + r * Sk, w.k(L) + r * Sk, Sk);
         }
     }
-    invert_unit_lower(L, w.beta.data(), w.m.data(), w.a.data());
+    invert_unit_lower(L, w);
 }
 
 void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w) {

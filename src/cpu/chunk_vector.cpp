@@ -86,11 +86,10 @@ GDN_VECTORIZED void scale_rows(const float *src, const float *scale, int64_t L, 
     }
 }
 
-GDN_VECTORIZED void invert_unit_lower(int64_t L, const float *beta, const float *M, float *A) {
-    for (int64_t n = 0; n < L * L; ++n) A[n] = 0.0f;
-    for (int64_t r = 0; r < L; ++r) {
+GDN_VECTORIZED void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const float *M, float *A) {
+    for (int64_t r = r0; r < r1; ++r) {
         float *ar = A + r * L;
-        for (int64_t s = 0; s < r; ++s) {
+        for (int64_t s = r0; s < r; ++s) {
             const float coef = -beta[r] * M[r * L + s];
             const float *as = A + s * L;
             for (int64_t c = 0; c <= s; ++c) ar[c] += coef * as[c];

@@ -28,8 +28,10 @@ void exp_to_float(const double *x, float *y, int64_t n);
 // element (gw == n).
 void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst);
 
-// A = (I + diag(beta) M)^-1 for strictly lower M (L x L), by forward substitution.
-void invert_unit_lower(int64_t L, const float *beta, const float *M, float *A);
+// Rows r0 .. r1-1 of A = (I + diag(beta) M)^-1 (M strictly lower, L x L) by forward
+// substitution inside the block: on entry rows < r0 are final and rows r0 .. r1-1 hold
+// -beta_r sum_{s < r0} M_rs A_s.
+void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const float *M, float *A);
 
 // acc[s][i] += (cp * qg[i] + cm * kg[i]) * kinv[s][i] for s < t: the per-channel pair terms of
 // the KDA gate gradient, row t; then pair[i] = sum_{s < t} acc[s][i].
