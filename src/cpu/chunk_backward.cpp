@@ -85,6 +85,70 @@ void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardW
     }
 }
 
+// GDA: the pair terms of the gate gradient (X_rs = dP_rs P_rs + dM_rs M_rs, s < r: dg_t gets
+// the sum over s < t <= r), and this unit's share of the group's dq, dk: the row-scaled single
+// terms here, the P and M terms summed into gp, gm for one product per chunk.
+void gda_pairs_and_dqk(int64_t L, int64_t Sk, const float *dP, const float *dM, const float *dQg, const float *dKg,
+                       BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const float *P = c.p.data(), *M = c.m.data();
+    std::vector<double> &acc = w.acc, &pair = w.pair;
+    // Pairs X_rs = dP_rs P_rs + dM_rs M_rs (s < r); dg_t gets sum over s < t <= r.
+    for (int64_t t = L - 1; t >= 1; --t) {
+        double total = 0.0;
+        for (int64_t s = 0; s < t; ++s) {
+            acc[s] += double(dP[t * L + s]) * P[t * L + s] + double(dM[t * L + s]) * M[t * L + s];
+            total += acc[s];
+        }
+        pair[t] = total;
+    }
+    // The group's dq, dk: row-scaled single terms here; P and M terms through gp, gm.
+    for (int64_t r = 0; r < L; ++r) {
+        axpy(c.e[r], dQg + r * Sk, w.dq.data() + r * Sk, Sk);
+        axpy(c.e[r], dKg + r * Sk, w.dk.data() + r * Sk, Sk);
+        axpy(c.f[r], w.dkl.data() + r * Sk, w.dk.data() + r * Sk, Sk);
+        for (int64_t s = 0; s <= r; ++s) {
+            const float gam = s == r ? 1.0f : c.gam_mat[r * L + s];
+            w.gp[r * L + s] += dP[r * L + s] * gam;
+            if (s < r) w.gm[r * L + s] += dM[r * L + s] * gam;
+        }
+    }
+}
+
+// KDA: the per-channel pair terms of the gate gradient (X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri)
+// Kinv_si, s < r), and this unit's dq, dk through the factored exp(gam_r - gam_s).
+void kda_pairs_and_dqk(int64_t L, int64_t Sk, float *dP, const float *dM, const float *dQg, const float *dKg,
+                       BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const float *Qg = c.qg(), *Kg = c.kg(L);
+    float *pack = c.pack.data();
+    const int64_t gw = Sk;
+    std::vector<double> &acc = w.acc, &pair = w.pair;
+    // Pairs per channel: X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri) Kinv_si for s < r.
+    const float *Kinv = c.kinv.data();
+    if (L > 1) {
+        for (int64_t t = L - 1; t >= 1; --t)
+            kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, acc.data(),
+                         pair.data() + t * gw);
+    }
+    // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
+    for (int64_t r = 0; r < L; ++r) {
+        const float dpr = dP[r * L + r];
+        axpy(dpr, c.k(L) + r * Sk, w.dq.data() + r * Sk, Sk);
+        axpy(dpr, c.q() + r * Sk, w.dk.data() + r * Sk, Sk);
+        dP[r * L + r] = 0.0f;
+    }
+    if (L > 1) {
+        // dKinv = [dP; dM]^T [Qg; Kg];  [dQg; dKg] += [dP; dM] Kinv.
+        gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
+        gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
+    }
+    add_product(c.e.data(), dQg, w.dq.data(), L * Sk);
+    add_product(c.e.data(), dKg, w.dk.data(), L * Sk);
+    add_product(c.f.data(), w.dkl.data(), w.dk.data(), L * Sk);
+    if (L > 1) add_product(c.einv.data(), w.dkinv.data(), w.dk.data(), L * Sk);
+}
+
 // The backward of one unit over one chunk: dsl = dL/dS_L in, ds0 = dL/dS0 out.
 void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
                          const float *dsl, float *ds0, BackwardWork &w) {
@@ -165,52 +229,8 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
 
-    if (!kda) {
-        // Pairs X_rs = dP_rs P_rs + dM_rs M_rs (s < r); dg_t gets sum over s < t <= r.
-        for (int64_t t = L - 1; t >= 1; --t) {
-            double total = 0.0;
-            for (int64_t s = 0; s < t; ++s) {
-                acc[s] += double(dP[t * L + s]) * P[t * L + s] + double(dM[t * L + s]) * M[t * L + s];
-                total += acc[s];
-            }
-            pair[t] = total;
-        }
-        // The group's dq, dk: row-scaled single terms here; P and M terms through gp, gm.
-        for (int64_t r = 0; r < L; ++r) {
-            axpy(c.e[r], dQg + r * Sk, w.dq.data() + r * Sk, Sk);
-            axpy(c.e[r], dKg + r * Sk, w.dk.data() + r * Sk, Sk);
-            axpy(c.f[r], w.dkl.data() + r * Sk, w.dk.data() + r * Sk, Sk);
-            for (int64_t s = 0; s <= r; ++s) {
-                const float gam = s == r ? 1.0f : c.gam_mat[r * L + s];
-                w.gp[r * L + s] += dP[r * L + s] * gam;
-                if (s < r) w.gm[r * L + s] += dM[r * L + s] * gam;
-            }
-        }
-    } else {
-        // Pairs per channel: X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri) Kinv_si for s < r.
-        const float *Kinv = c.kinv.data();
-        if (L > 1) {
-            for (int64_t t = L - 1; t >= 1; --t)
-                kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, acc.data(),
-                             pair.data() + t * gw);
-        }
-        // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
-        for (int64_t r = 0; r < L; ++r) {
-            const float dpr = dP[r * L + r];
-            axpy(dpr, c.k(L) + r * Sk, w.dq.data() + r * Sk, Sk);
-            axpy(dpr, c.q() + r * Sk, w.dk.data() + r * Sk, Sk);
-            dP[r * L + r] = 0.0f;
-        }
-        if (L > 1) {
-            // dKinv = [dP; dM]^T [Qg; Kg];  [dQg; dKg] += [dP; dM] Kinv.
-            gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
-            gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
-        }
-        add_product(c.e.data(), dQg, w.dq.data(), L * Sk);
-        add_product(c.e.data(), dKg, w.dk.data(), L * Sk);
-        add_product(c.f.data(), w.dkl.data(), w.dk.data(), L * Sk);
-        if (L > 1) add_product(c.einv.data(), w.dkinv.data(), w.dk.data(), L * Sk);
-    }
+    if (kda) kda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, w);
+    else gda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, w);
     assemble_gate_gradient(L, gw, wterm, w);
     if (a.dg)
         for (int64_t r = 0; r < L; ++r) {
