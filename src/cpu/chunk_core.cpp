@@ -195,9 +195,11 @@ void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w) {
 
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    if (w.kda) scale_rows(s, w.gl.data(), Sk, Sv, 1, s_next);
+    float c_scale = 1.0f;
+    if (!w.kda && s == s_next) c_scale = w.gl[0];  // in place: the product scales S itself
+    else if (w.kda) scale_rows(s, w.gl.data(), Sk, Sv, 1, s_next);
     else scale_rows(s, w.gl.data(), 1, Sk * Sv, 1, s_next);
-    gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), true, s_next, Sv, w.pack.data());
+    gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
 }
 
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {

@@ -8,7 +8,7 @@ namespace gdn::cpu {
 
 #define GDN_DECLARE_KERNEL(ns)                                                                             \
     namespace ns {                                                                                         \
-    void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, bool accumulate, float *c,       \
+    void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c,          \
               int64_t ldc, float *pack);                                                                   \
     }
 GDN_DECLARE_KERNEL(sse2)
@@ -19,7 +19,7 @@ GDN_DECLARE_KERNEL(avx512)
 
 namespace {
 
-using Kernel = void (*)(int64_t, int64_t, int64_t, float, Mat, Mat, bool, float *, int64_t, float *);
+using Kernel = void (*)(int64_t, int64_t, int64_t, float, Mat, Mat, float, float *, int64_t, float *);
 
 struct Choice {
     Kernel kernel;
@@ -57,9 +57,9 @@ Choice &current() {
 
 }  // namespace
 
-void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, bool accumulate, float *c, int64_t ldc,
+void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
           float *pack) {
-    current().kernel(m, n, k, alpha, a, b, accumulate, c, ldc, pack);
+    current().kernel(m, n, k, alpha, a, b, c_scale, c, ldc, pack);
 }
 
 int64_t gemm_pack_floats(int64_t k) { return (k > 0 ? k : 1) * 64; }  // k x NR, NR <= 64

@@ -19,9 +19,10 @@ struct Mat {
 inline Mat rows(const float *p, int64_t ld) { return {p, ld, 1}; }        // A as stored
 inline Mat transposed(const float *p, int64_t ld) { return {p, 1, ld}; }  // A^T of a stored A
 
-// C[m x n] (leading dimension ldc) = alpha * A[m x k] * B[k x n], added to C when accumulate.
+// C[m x n] (leading dimension ldc) = alpha * A[m x k] * B[k x n] + c_scale * C; C is not read
+// when c_scale is 0 (so true / false read as accumulate / overwrite).
 // pack: at least gemm_pack_floats(k) floats of scratch.
-void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, bool accumulate, float *c, int64_t ldc,
+void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
           float *pack);
 
 int64_t gemm_pack_floats(int64_t k);

@@ -1,5 +1,5 @@
 // The small GEMM behind the chunked kernels, against a plain double loop, for every ISA this
-// host has, every transpose and awkward sizes (edges of the 6/8-row and 16/32/64-column tiles).
+// host has, every transpose, overwrite / accumulate / scaled C, and awkward sizes (edges of the 6/8-row and 16/32/64-column tiles).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +20,9 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
         for (int m : {1, 5, 6, 7, 13, 64})
             for (int n : {1, 3, 16, 33, 64, 130})
                 for (int k : {0, 1, 7, 64})
-                    for (int mode = 0; mode < 8; ++mode) {
-                        const bool at = mode & 1, bt = mode & 2, acc = mode & 4;
+                    for (int mode = 0; mode < 12; ++mode) {
+                        const bool at = mode & 1, bt = mode & 2;
+                        const float c_scale = mode < 4 ? 0.0f : mode < 8 ? 1.0f : 0.75f;  // overwrite, add, scale
                         std::vector<float> a(m * k + 1), b(k * n + 1), c(m * n), pack(gdn::cpu::gemm_pack_floats(k));
                         for (float &x : a) x = u(rng);
                         for (float &x : b) x = u(rng);
@@ -29,10 +30,10 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
                         const std::vector<float> c0 = c;
                         const Mat av = at ? gdn::cpu::transposed(a.data(), m) : gdn::cpu::rows(a.data(), k);
                         const Mat bv = bt ? gdn::cpu::transposed(b.data(), k) : gdn::cpu::rows(b.data(), n);
-                        gdn::cpu::gemm(m, n, k, 0.5f, av, bv, acc, c.data(), n, pack.data());
+                        gdn::cpu::gemm(m, n, k, 0.5f, av, bv, c_scale, c.data(), n, pack.data());
                         for (int i = 0; i < m; ++i)
                             for (int j = 0; j < n; ++j) {
-                                double want = acc ? c0[i * n + j] : 0.0;
+                                double want = c_scale * double(c0[i * n + j]);
                                 for (int kk = 0; kk < k; ++kk)
                                     want += 0.5 * av.p[i * av.row_stride + kk * av.col_stride] *
                                             bv.p[kk * bv.row_stride + j * bv.col_stride];
