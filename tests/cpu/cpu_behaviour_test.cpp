@@ -175,7 +175,8 @@ TEST(CpuTypes, RefusesF64) {
     Case c = shape_case(Op::Forward, false, Gate::Mild, {4, 4, 1, 1, 3, 1, 1, 1});
     BackendSession cpu({"CPU", "cpu", 0}, 1);
     std::string why;
-    EXPECT_EQ(check_case(c, GDN_TYPE_F64, cpu, why), GDN_ERROR_TYPE);
+    TensorSet inputs = make_inputs(c, GDN_TYPE_F64, c.seed(0));
+    EXPECT_EQ(check_case(c, inputs, cpu, why), GDN_ERROR_TYPE);
     EXPECT_NE(why.find("F32"), std::string::npos) << why;
 }
 
