@@ -152,7 +152,7 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
-        const float *qk = w.qk(L), *kk = w.kk(L);
+        const float *qk = w.qk(), *kk = w.kk(L);
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 const bool below = s < r;
