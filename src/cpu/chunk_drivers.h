@@ -25,7 +25,11 @@ struct ForwardWork {
     uint64_t bytes() const;
 };
 
-void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, ForwardWork &w);
+// Units [unit_begin, unit_end) of the group (all of them, or a slice when there are fewer groups
+// than threads: the units of a forward are independent, and each slice computes the group's
+// Q K^T, K K^T itself, so the bits do not depend on the slicing).
+void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                   int64_t unit_begin, int64_t unit_end, ForwardWork &w);
 
 // The backward stores the entry state of the first chunk of every segment of `chunks_per_segment`
 // chunks, then replays one segment at a time (chunks_per_segment is 1 unless snapshots or KDA

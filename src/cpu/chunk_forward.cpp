@@ -16,13 +16,13 @@ void ForwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ForwardWork::bytes() const { return chunk.bytes() + states.size() * sizeof(float); }
 
-void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, ForwardWork &w) {
+void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                   int64_t unit_begin, int64_t unit_end, ForwardWork &w) {
     const Dims &d = a.dims;
     const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
-    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
     const float scale = static_cast<float>(d.scale);
     ChunkScratch &c = w.chunk;
-    for (int64_t u = 0; u < units; ++u) {
+    for (int64_t u = unit_begin; u < unit_end; ++u) {
         const ChunkUnit unit = group_unit(d, bq, kh, u);
         float *s = w.states.data() + u * area;
         if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s);  // read before any write: states may be s0
@@ -36,7 +36,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, with_out, c);
         if (with_out) prefetch_rows(a.q, kh, t1, next_end, bq, Sk);
         prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
-        for (int64_t u = 0; u < units; ++u) {
+        for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
             prefetch_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
             float *s = w.states.data() + u * area;

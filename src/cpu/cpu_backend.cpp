@@ -2,7 +2,8 @@
 //
 // Work is split by group = (q/k sequence, key head): a group's units (every sequence and value
 // head that reads that key head) run on one worker, in a fixed order, so dq and dk are summed
-// without atomics and every thread count gives the same bits. Long inputs use the chunked (WY)
+// without atomics and every thread count gives the same bits. (The forward, whose units are
+// independent, also splits groups into slices of units when there are fewer groups than threads.) Long inputs use the chunked (WY)
 // form (chunk_*.cpp); decoding-size inputs (T up to a measured crossover, when chunk_size is 0) and
 // chunk_size = 1 use the per-token recurrence: cpu/token_forward.cpp (vectorised) forward,
 // src/math/token_driver.h in float backward.
@@ -69,8 +70,13 @@ public:
             w.resize(d, max_chunk);
             workspace_ += w.bytes();
         }
-        pool_.run(d.Bq * d.Hk, [&](int64_t group, int worker) {
-            cpu::forward_group(a, group / d.Hk, group % d.Hk, plans_[group], forward_[worker]);
+        // Fewer groups than threads: split each group's units into slices so every thread works.
+        const int64_t groups = d.Bq * d.Hk, units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+        const int64_t slices = groups >= threads ? 1 : std::min<int64_t>(units, (threads + groups - 1) / groups);
+        pool_.run(groups * slices, [&](int64_t item, int worker) {
+            const int64_t group = item / slices, slice = item % slices;
+            cpu::forward_group(a, group / d.Hk, group % d.Hk, plans_[group], slice * units / slices,
+                               (slice + 1) * units / slices, forward_[worker]);
         });
         return {};
     }
