@@ -204,18 +204,14 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
     std::vector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
-    std::fill_n(single.begin(), L * gw, 0.0);
-    std::fill_n(link.begin(), L * gw, 0.0);
     std::fill_n(pair.begin(), L * gw, 0.0);
     std::fill_n(acc.begin(), L * gw, 0.0);
-    for (int64_t r = 0; r < L; ++r) {
-        const int64_t n = r * Sk;
-        if (kda) {
-            for (int64_t i = 0; i < Sk; ++i) {
-                single[n + i] = double(dQg[n + i]) * Qg[n + i] + double(dKg[n + i]) * Kg[n + i];
-                link[n + i] = double(w.dkl[n + i]) * c.kl[n + i];
-            }
-        } else {
+    if (kda) {
+        products_f64(dQg, Qg, dKg, Kg, single.data(), L * Sk);
+        products_f64(w.dkl.data(), c.kl.data(), nullptr, nullptr, link.data(), L * Sk);
+    } else {
+        for (int64_t r = 0; r < L; ++r) {
+            const int64_t n = r * Sk;
             single[r] = dot_f64(dQg + n, Qg + n, Sk) + dot_f64(dKg + n, Kg + n, Sk);
             link[r] = dot_f64(w.dkl.data() + n, c.kl.data() + n, Sk);
         }

@@ -60,6 +60,15 @@ GDN_VECTORIZED double dot_f64(const float *a, const float *b, int64_t n) {
     return sum;
 }
 
+GDN_VECTORIZED void products_f64(const float *a, const float *b, const float *c, const float *d, double *out,
+                                 int64_t n) {
+    if (c == nullptr) {
+        for (int64_t i = 0; i < n; ++i) out[i] = double(a[i]) * b[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) out[i] = double(a[i]) * b[i] + double(c[i]) * d[i];
+}
+
 GDN_VECTORIZED void axpy(float alpha, const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }

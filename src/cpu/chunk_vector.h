@@ -12,6 +12,8 @@ namespace gdn::cpu {
 float dot(const float *a, const float *b, int64_t n);
 // sum_i a_i b_i in double.
 double dot_f64(const float *a, const float *b, int64_t n);
+// out_i = a_i b_i + c_i d_i in double (c, d may be nullptr: out_i = a_i b_i).
+void products_f64(const float *a, const float *b, const float *c, const float *d, double *out, int64_t n);
 // y += alpha x.
 void axpy(float alpha, const float *x, float *y, int64_t n);
 // x *= alpha.
