@@ -51,7 +51,8 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout
     gm_pair.resize(gw == 1 ? 2 * C * C : 0);
     dq.resize(C * Sk);
     dk.resize(C * Sk);
-    for (auto *v : {&single, &link, &pair, &acc, &dgam}) v->resize(C * gw);
+    for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
+    acc.resize(std::max<int64_t>(C, 2) * gw);
     wterm.resize(gw);
 }
 
@@ -71,18 +72,20 @@ float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
 }
 
 // dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
+// Channels innermost, so the running sums of all channels advance together (no add chains).
 void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardWork &w) {
-    for (int64_t c = 0; c < gw; ++c) {
-        double suffix = 0.0, prefix = 0.0;
-        for (int64_t t = L - 1; t >= 0; --t) {
-            suffix += w.single[t * gw + c];
-            w.dgam[t * gw + c] = wsum[c] + suffix + w.pair[t * gw + c];
+    double *suffix = w.acc.data(), *prefix = w.acc.data() + gw;  // acc is free once the pairs are summed
+    std::fill_n(suffix, 2 * gw, 0.0);
+    for (int64_t t = L - 1; t >= 0; --t)
+        for (int64_t c = 0; c < gw; ++c) {
+            suffix[c] += w.single[t * gw + c];
+            w.dgam[t * gw + c] = wsum[c] + suffix[c] + w.pair[t * gw + c];
         }
-        for (int64_t t = 0; t < L; ++t) {
-            w.dgam[t * gw + c] += prefix;
-            prefix += w.link[t * gw + c];
+    for (int64_t t = 0; t < L; ++t)
+        for (int64_t c = 0; c < gw; ++c) {
+            w.dgam[t * gw + c] += prefix[c];
+            prefix[c] += w.link[t * gw + c];
         }
-    }
 }
 
 // GDA: the pair terms of the gate gradient (X_rs = dP_rs P_rs + dM_rs M_rs, s < r: dg_t gets
