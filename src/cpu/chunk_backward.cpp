@@ -176,10 +176,10 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
             std::fill(dst, dst + Sv, 0.0f);
         }
     }
-    // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  nby = -beta o Y.
-    gemm(L, Sv, L, 1.0f, transposed(P, L), rows(doc, Sv), false, w.ddm.data(), Sv, pack);
+    // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  nby = -beta o Y (triangles read as triangles: trmm).
+    trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.ddm.data(), Sv, pack);
     gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
-    gemm(L, Sv, L, 1.0f, transposed(A, L), rows(w.ddm.data(), Sv), false, w.y.data(), Sv, pack);
+    trmm(Tri::Upper, L, Sv, 1.0f, transposed(A, L), w.ddm.data(), Sv, 0.0f, w.y.data(), Sv, pack);
     scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
@@ -198,7 +198,7 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         }
     // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r (R is not needed after this: Z overwrites it).
     float *Z = c.r.data();
-    gemm(L, Sv, L, -1.0f, rows(M, L), rows(Dm, Sv), true, Z, Sv, pack);
+    trmm(Tri::StrictlyLower, L, Sv, -1.0f, rows(M, L), Dm, Sv, 1.0f, Z, Sv, pack);
     for (int64_t r = 0; r < L; ++r) {
         if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
         if (a.dv) scale_rows(w.y.data() + r * Sv, c.beta.data() + r, 1, Sv, 1, row_ptr(*a.dv, unit.h, t0 + r, unit.b));

@@ -33,7 +33,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     exp_arg.resize(C * std::max(C, gw));
     e.resize(C * gw);
     f.resize(C * gw);
-    einv.resize(C * gw);
+    einv.resize(kda ? C * gw : 0);
     gl.resize(gw);
     gam_mat.resize(kda ? 0 : C * C);
     qkg.resize(2 * C * Sk);
@@ -77,25 +77,18 @@ namespace {
 // in double, so a difference gam_r - gam_s keeps its digits even after a -120 spike.
 void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
     const int64_t gw = w.gw;
-    double lo = 0.0, hi = 0.0;
     for (int64_t r = 0; r < L; ++r) {
         const float *gr = row_f32(g, u.h, t0 + r, u.b);
-        for (int64_t i = 0; i < gw; ++i) {
-            const double x = (r ? w.gam[(r - 1) * gw + i] : 0.0) + clamp_gate(gr[i]);
-            w.gam[r * gw + i] = x;
-            lo = x < lo ? x : lo;
-            hi = x > hi ? x : hi;
-        }
+        for (int64_t i = 0; i < gw; ++i) w.gam[r * gw + i] = (r ? w.gam[(r - 1) * gw + i] : 0.0) + clamp_gate(gr[i]);
     }
     const double *gam_last = w.gam.data() + (L - 1) * gw;
     double *arg = w.exp_arg.data();
     exp_to_float(gam_last, w.gl.data(), gw);
     exp_to_float(w.gam.data(), w.e.data(), L * gw);
-    // exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) when both factors stay finite and normal
-    // (always for KDA: chunk_plan bounds every channel's span); otherwise (GDA under strong
-    // decay) one exp per pair. F = exp(gam_L - gam) likewise.
-    const bool factored = w.kda || hi - lo <= kda_span_limit;
-    if (factored && L > 1) {
+    // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel, finite because chunk_plan
+    // bounds every channel's span. GDA: one exp per pair and per row, so that no entry's bits
+    // depend on another token's gate (a +Inf gate at token t leaves earlier tokens exact).
+    if (w.kda && L > 1) {
         for (int64_t n = 0; n < L * gw; ++n) arg[n] = -w.gam[n];
         exp_to_float(arg, w.einv.data(), L * gw);
         for (int64_t r = 0; r < L; ++r)
@@ -106,14 +99,9 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
         exp_to_float(arg, w.f.data(), L * gw);
     }
     if (!w.kda) {
-        if (factored) {
-            for (int64_t r = 0; r < L; ++r)
-                for (int64_t s = 0; s < r; ++s) w.gam_mat[r * L + s] = w.e[r] * w.einv[s];
-        } else {
-            for (int64_t r = 0; r < L; ++r)
-                for (int64_t s = 0; s < L; ++s) arg[r * L + s] = s < r ? w.gam[r] - w.gam[s] : 0.0;
-            exp_to_float(arg, w.gam_mat.data(), L * L);
-        }
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t s = 0; s < L; ++s) arg[r * L + s] = s < r ? w.gam[r] - w.gam[s] : 0.0;
+        exp_to_float(arg, w.gam_mat.data(), L * L);
     }
 }
 
@@ -190,7 +178,7 @@ void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w) {
     float *ab = w.a_beta.data();
     for (int64_t r = 0; r < L; ++r)
         for (int64_t s = 0; s < L; ++s) ab[r * L + s] = w.a[r * L + s] * w.beta[s];
-    gemm(L, Sv, L, 1.0f, rows(ab, L), rows(w.r.data(), Sv), false, w.dm.data(), Sv, w.pack.data());
+    trmm(Tri::Lower, L, Sv, 1.0f, rows(ab, L), w.r.data(), Sv, 0.0f, w.dm.data(), Sv, w.pack.data());
 }
 
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
@@ -207,6 +195,25 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
     for (int64_t r = t_begin; r < t_end; ++r) {
         const char *row = element_ptr(*t, 0, i1, r, i3);
         for (int64_t byte = 0; byte < row_floats * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
+    }
+}
+
+void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
+          int64_t ldc, float *pack) {
+    constexpr int64_t block = 16;
+    for (int64_t r0 = 0; r0 < L; r0 += block) {
+        const int64_t r1 = std::min(L, r0 + block);
+        // The rectangle off the diagonal block: columns [0, r0) (lower) or [r1, L) (upper).
+        const int64_t k0 = tri == Tri::Upper ? r1 : 0, k1 = tri == Tri::Upper ? L : r0;
+        const Mat part{t.p + r0 * t.row_stride + k0 * t.col_stride, t.row_stride, t.col_stride};
+        gemm(r1 - r0, n, k1 - k0, alpha, part, rows(b + k0 * ldb, ldb), c_scale, c + r0 * ldc, ldc, pack);
+        // The diagonal block, entry by entry inside the triangle.
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t s0 = tri == Tri::Upper ? r : r0;
+            const int64_t s1 = tri == Tri::Upper ? r1 : (tri == Tri::Lower ? r + 1 : r);
+            for (int64_t s = s0; s < s1; ++s)
+                axpy(alpha * t.p[r * t.row_stride + s * t.col_stride], b + s * ldb, c + r * ldc, n);
+        }
     }
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/problem.h"
+#include "cpu/gemm.h"
 
 namespace gdn::cpu {
 
@@ -80,6 +81,15 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 // Asks for the rows [t_begin, t_end) of tensor t at (i1, i3) to be brought into cache: the next
 // chunk's rows of the strided q/k/v views are each a page apart.
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats);
+
+// C = alpha T B + c_scale C for an L x L triangle T (read through a Mat view, so T may be the
+// transpose of a stored lower triangle) and B (L x n, leading dimension ldb). Only the entries
+// (r, s) inside the triangle are read or multiplied: the structural zeros are skipped, not
+// multiplied, so a NaN or Inf in row s of B reaches exactly the rows that depend on it (SPEC 6:
+// a value planted at token t must not reach earlier tokens through 0 * NaN).
+enum class Tri { Lower, StrictlyLower, Upper };
+void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
+          int64_t ldc, float *pack);
 
 // Copies between the memory layout (transposed, strided) and a row-major Sk x Sv state.
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s);

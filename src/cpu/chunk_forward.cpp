@@ -45,7 +45,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             if (with_out) {
                 // O = scale (Qg S0 + P Dm), Qg S0 from solve_deltas.
                 cpu::scale(scale, c.o.data(), L * Sv);
-                gemm(L, Sv, L, scale, rows(c.p.data(), L), rows(c.dm.data(), Sv), true, c.o.data(), Sv, c.pack.data());
+                trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, c.o.data(), Sv, c.pack.data());
                 for (int64_t r = 0; r < L; ++r)
                     std::memcpy(element_ptr(*a.out, 0, unit.h, t0 + r, unit.b), c.o.data() + r * Sv, sizeof(float) * Sv);
             }
