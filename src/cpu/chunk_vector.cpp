@@ -1,6 +1,8 @@
 #include "cpu/chunk_vector.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// ThreadSanitizer's runtime is not yet initialised when GCC's ifunc resolvers run at load time
+// (the process crashes), so a TSan build takes the baseline code only.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define GDN_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define GDN_VECTORIZED
@@ -16,7 +18,9 @@ GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {
     constexpr double log2e = 1.4426950408889634, ln2_hi = 0.6931471805599453, ln2_lo = 2.3190468138462996e-17;
     for (int64_t i = 0; i < n; ++i) {
         const double v = x[i];
-        const double c = v < -110.0 ? -110.0 : (v > 100.0 ? 100.0 : v);
+        // NaN is clamped too (to 0), so that the conversion of k below stays defined; the
+        // result is replaced by the NaN at the end.
+        const double c = v != v ? 0.0 : (v < -110.0 ? -110.0 : (v > 100.0 ? 100.0 : v));
         const double k = __builtin_nearbyint(c * log2e);
         const double r = (c - k * ln2_hi) - k * ln2_lo;  // |r| <= ln2 / 2
         // exp(r) by its Taylor series to r^8 (error < 1e-9 relative on the reduced range).
