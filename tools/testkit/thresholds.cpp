@@ -1,17 +1,20 @@
 // Why these numbers.
 //
 // F32 rounds each operation to u = 2^-24 = 6e-8. A value built from n roundings with random
-// signs carries a relative error of about sqrt(n) u; the outputs here are dot products of
-// length Sk or Sv over states that themselves summed up to T rank-1 updates, so n reaches
-// 10^4..10^5 at the 27B shape: sqrt(n) u ~ 1e-5, an NMSE of ~1e-10. The thresholds allow 10x
-// (forward) to 100x (backward: longer chains, a triangular solve, and the decay gradient dg,
-// which is a sum whose terms cancel) on the NMSE, and max_rel, measured against |b| + rms(b),
-// gets 1e-3: a hundred times the per-element error, far below what any indexing or math bug
-// produces (those show as NMSE ~1 and max_rel ~1).
+// signs carries a relative error of about sqrt(n) u. A chunked output is a dot product of
+// length Sk over a state that went through a chunk of C = 64 rank-C updates per chunk step:
+// n ~ Sk * C = 8192 at the 27B shape, sqrt(n) u ~ 5e-6, an NMSE of ~3e-11. The forward limit is
+// 3x that estimate; the backward gets 10x more for its longer chains (the dS carry, the
+// triangular solve and its adjoint, and the decay gradient dg, a sum whose terms cancel). The
+// cpu backend measures at most 9e-14 (forward) and 3e-12 (backward) over every default case,
+// so the limits are not tight against it; they are what F32 arithmetic can promise. max_rel,
+// measured against |b| + rms(b), gets 1e-4: twenty times the per-element estimate (the cpu
+// backend measures at most 4e-6), far below what an indexing or math bug produces (NMSE and
+// max_rel ~1).
 //
 // Mixed-sign per-channel gates make the state grow as exp(sum g) on some channels: the problem
 // itself is ill-conditioned there (errors are amplified by the same factor as the values), so
-// those cases get 100x more room. Nothing else is loosened.
+// those cases get 100x more room on the NMSE and 10x on max_rel. Nothing else is loosened.
 //
 // Grad mode compares with 4-point central differences of the ref forward in F64 (truncation
 // O(h^4) ~ 1e-12, rounding ~1e-11 relative), so an F64 backward must agree to 1e-7 and an F32
@@ -23,7 +26,7 @@
 namespace gdn::testkit {
 
 Threshold test_threshold(const Case &c, const std::string &) {
-    Threshold t = c.op == Op::Forward ? Threshold{1e-9, 1e-3} : Threshold{1e-8, 1e-3};
+    Threshold t = c.op == Op::Forward ? Threshold{1e-10, 1e-4} : Threshold{1e-9, 1e-4};
     if (c.gate == Gate::Mixed) {
         t.nmse *= 100;
         t.max_rel *= 10;
