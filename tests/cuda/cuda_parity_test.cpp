@@ -11,8 +11,8 @@ namespace {
 
 // F32 per-token arithmetic against ref's double accumulation: relative RMS errors of about
 // 1e-6 are expected (NMSE ~ 1e-12); any real fault gives NMSE near 1.
-constexpr double kForwardNmse = 1e-9;
-constexpr double kBackwardNmse = 1e-8;
+constexpr double kForwardNmse = 1e-10;  // the limits of tools/testkit/thresholds.cpp
+constexpr double kBackwardNmse = 1e-9;
 
 Case make_case(int Sk, int Sv, int Hk, int Hv, int64_t T, int B, int Bq, int K) {
     Case c;
