@@ -45,22 +45,17 @@ struct ChunkBackwardLayout {
 __host__ __device__ inline ChunkBackwardLayout chunk_backward_layout(int Sk) {
     ChunkBackwardLayout L{};
     L.ldk = Sk + 4, L.ldv = kSlice + 4, L.ldc = kChunk + 4;
-    int at = 0;
-    auto take = [&at](int count) {
-        const int region = at;
-        at += (count + 7) / 8 * 8;
-        return region;
-    };
-    L.q = take(kChunk * L.ldk), L.k = take(kChunk * L.ldk), L.dq = take(kChunk * L.ldk), L.dk = take(kChunk * L.ldk);
-    L.t1 = take(kChunk * L.ldk);
-    L.s0 = take(Sk * L.ldv), L.ds = take(Sk * L.ldv);
-    L.r = take(kChunk * L.ldv), L.dm = take(kChunk * L.ldv), L.doc = take(kChunk * L.ldv), L.y = take(kChunk * L.ldv);
-    L.t2 = take(kChunk * L.ldv), L.t3 = take(kChunk * L.ldv);
-    L.m = take(kChunk * L.ldc), L.a = take(kChunk * L.ldc), L.p = take(kChunk * L.ldc), L.dp = take(kChunk * L.ldc);
-    L.dmm = take(kChunk * L.ldc);
-    L.gam = take(kChunk), L.beta = take(kChunk), L.single = take(kChunk), L.link = take(kChunk), L.dbeta = take(kChunk);
-    L.scratch = take(32);
-    L.floats = at;
+    SharedCarver carve;
+    L.q = carve.take(kChunk * L.ldk), L.k = carve.take(kChunk * L.ldk), L.dq = carve.take(kChunk * L.ldk), L.dk = carve.take(kChunk * L.ldk);
+    L.t1 = carve.take(kChunk * L.ldk);
+    L.s0 = carve.take(Sk * L.ldv), L.ds = carve.take(Sk * L.ldv);
+    L.r = carve.take(kChunk * L.ldv), L.dm = carve.take(kChunk * L.ldv), L.doc = carve.take(kChunk * L.ldv), L.y = carve.take(kChunk * L.ldv);
+    L.t2 = carve.take(kChunk * L.ldv), L.t3 = carve.take(kChunk * L.ldv);
+    L.m = carve.take(kChunk * L.ldc), L.a = carve.take(kChunk * L.ldc), L.p = carve.take(kChunk * L.ldc), L.dp = carve.take(kChunk * L.ldc);
+    L.dmm = carve.take(kChunk * L.ldc);
+    L.gam = carve.take(kChunk), L.beta = carve.take(kChunk), L.single = carve.take(kChunk), L.link = carve.take(kChunk), L.dbeta = carve.take(kChunk);
+    L.scratch = carve.take(32);
+    L.floats = carve.at;
     return L;
 }
 

@@ -33,6 +33,17 @@ constexpr int kSlice = 32;          // value columns per block
 constexpr int kChunkThreads = 128;  // four warps
 constexpr float kGateFloor = -1.0e4f;
 
+// Carves a block's shared memory into regions that start on 32-byte boundaries (8 floats),
+// for the WMMA tile loads; offsets and the total are in floats.
+struct SharedCarver {
+    int at = 0;
+    __host__ __device__ int take(int count) {
+        const int region = at;
+        at += (count + 7) / 8 * 8;
+        return region;
+    }
+};
+
 // Shared-memory regions (float offsets, each 32-byte aligned) for key head size Sk.
 struct ChunkLayout {
     int ldk, ldv, ldc;                       // leading dimensions: rows of Sk, of 32 columns, of 32 tokens
@@ -44,23 +55,18 @@ struct ChunkLayout {
 __host__ __device__ inline ChunkLayout chunk_layout(int Sk) {
     ChunkLayout L{};
     L.ldk = Sk + 4, L.ldv = kSlice + 4, L.ldc = kChunk + 4;
-    int at = 0;
-    auto take = [&at](int count) {
-        const int region = at;
-        at += (count + 7) / 8 * 8;
-        return region;
-    };
-    L.q = take(kChunk * L.ldk);   // Q, then diag(exp(gam)) Q
-    L.k = take(kChunk * L.ldk);   // K, then diag(exp(gam_L - gam)) K
-    L.s = take(Sk * L.ldv);       // the state slice, S[i][c] at s + i ldv + c
-    L.v = take(kChunk * L.ldv);   // V, then diag(beta) (V - diag(exp(gam)) K S)
-    L.u = take(kChunk * L.ldv);   // K S, then Dm
-    L.gk = take(kChunk * L.ldc);  // K K^T, then L, then A
-    L.gq = take(kChunk * L.ldc);  // Q K^T, then P
-    L.o = take(kChunk * L.ldv);   // the output rows
-    L.gam = take(kChunk);
-    L.beta = take(kChunk);
-    L.floats = at;
+    SharedCarver carve;
+    L.q = carve.take(kChunk * L.ldk);   // Q, then diag(exp(gam)) Q
+    L.k = carve.take(kChunk * L.ldk);   // K, then diag(exp(gam_L - gam)) K
+    L.s = carve.take(Sk * L.ldv);       // the state slice, S[i][c] at s + i ldv + c
+    L.v = carve.take(kChunk * L.ldv);   // V, then diag(beta) (V - diag(exp(gam)) K S)
+    L.u = carve.take(kChunk * L.ldv);   // K S, then Dm
+    L.gk = carve.take(kChunk * L.ldc);  // K K^T, then L, then A
+    L.gq = carve.take(kChunk * L.ldc);  // Q K^T, then P
+    L.o = carve.take(kChunk * L.ldv);   // the output rows
+    L.gam = carve.take(kChunk);
+    L.beta = carve.take(kChunk);
+    L.floats = carve.at;
     return L;
 }
 
