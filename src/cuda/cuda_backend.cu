@@ -80,6 +80,17 @@ Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
     return {};
 }
 
+// The problem's inputs, common to both ops' argument and view structs.
+template <class Args, class Views>
+Status input_views(const Args &a, int device, Views &w) {
+    GDN_TRY(view_of("q", a.q, device, w.q));
+    GDN_TRY(view_of("k", a.k, device, w.k));
+    GDN_TRY(view_of("v", a.v, device, w.v));
+    GDN_TRY(view_of("g", a.g, device, w.g));
+    GDN_TRY(view_of("beta", a.beta, device, w.beta));
+    return view_of("state", a.s0, device, w.s0);
+}
+
 cuda::Sizes sizes_of(const Dims &d) {
     cuda::Sizes n;
     n.Sk = static_cast<int>(d.Sk);
@@ -133,12 +144,7 @@ public:
         DeviceScope scope;
         GDN_TRY(scope.enter(device_));
         cuda::ForwardViews w;
-        GDN_TRY(view_of("q", a.q, device_, w.q));
-        GDN_TRY(view_of("k", a.k, device_, w.k));
-        GDN_TRY(view_of("v", a.v, device_, w.v));
-        GDN_TRY(view_of("g", a.g, device_, w.g));
-        GDN_TRY(view_of("beta", a.beta, device_, w.beta));
-        GDN_TRY(view_of("state", a.s0, device_, w.s0));
+        GDN_TRY(input_views(a, device_, w));
         GDN_TRY(view_of("out", a.out, device_, w.out));
         GDN_TRY(view_of("states", a.states, device_, w.states));
         const cuda::Sizes n = sizes_of(a.dims);
@@ -155,12 +161,7 @@ public:
         DeviceScope scope;
         GDN_TRY(scope.enter(device_));
         cuda::BackwardViews w;
-        GDN_TRY(view_of("q", a.q, device_, w.q));
-        GDN_TRY(view_of("k", a.k, device_, w.k));
-        GDN_TRY(view_of("v", a.v, device_, w.v));
-        GDN_TRY(view_of("g", a.g, device_, w.g));
-        GDN_TRY(view_of("beta", a.beta, device_, w.beta));
-        GDN_TRY(view_of("state", a.s0, device_, w.s0));
+        GDN_TRY(input_views(a, device_, w));
         GDN_TRY(view_of("d_out", a.d_out, device_, w.d_out));
         GDN_TRY(view_of("d_states", a.d_states, device_, w.d_states));
         GDN_TRY(view_of("grads.q", a.dq, device_, w.dq));
