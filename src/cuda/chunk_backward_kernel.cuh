@@ -17,8 +17,9 @@
 //   single_r = exp(gam_r) (dQg_r.q_r + dKg_r.k_r), link_r = exp(gam_L - gam_r) dKl_r.k_r,
 //   X_rs = dP_rs P_rs + dM_rs M_rs, w = exp(gam_L) sum(dS o S0).
 // Every gradient but dV sums over value columns: the block writes its slice's part per token
-// as a partial row [dq | dk | dg | dbeta] (the per-token backward's layout), and the same
-// fixed-order reduction kernels finish them (token_backward_kernel.cuh).
+// as a partial row [dq | dk | dg | dbeta], and the fixed-order reductions of partial_rows.cuh
+// finish them. The kernel is launched once per window of chunks (last window first), the
+// reductions after each; the carry dS passes between windows through the workspace.
 //
 // Device code, included by chunk_backward.cu (nvcc) and by the host emulation test.
 #pragma once
@@ -26,6 +27,7 @@
 #include <cstdint>
 
 #include "cuda/chunk_forward_kernel.cuh"
+#include "cuda/partial_rows.cuh"
 #include "cuda/plans.h"
 #include "cuda/warp_ops.cuh"
 
@@ -61,8 +63,10 @@ __host__ __device__ inline ChunkBackwardLayout chunk_backward_layout(int Sk) {
 
 struct ChunkBackwardWork {
     const float *checkpoints;  // [unit][chunk][Sv][Sk]: the state before each chunk
-    float *partials;           // [slice][unit][T][2 Sk + 2]
-    int64_t chunks, partial_width;
+    float *carry;              // [unit][Sv][Sk]: dS before a window's first chunk, for the next launch
+    PartialRows rows;          // dq | dk | dg | dbeta per token of the window
+    int64_t chunks;            // all chunks of T
+    int64_t chunk_begin, chunk_end;  // the window this launch walks (in reverse)
 };
 
 // Sum over the block of one value per thread, the same bits in every thread (fixed order).
@@ -94,13 +98,17 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
     const int64_t unit = static_cast<int64_t>(b) * n.Hv + h;
     constexpr int C = kChunk;
 
-    // The carry starts as the final state's gradient (K <= 1: slot 0 only).
+    // The carry starts as the final state's gradient (K <= 1: slot 0 only) in the last window,
+    // and as what the later window left in any other.
+    const float *carry_in = ws.carry + unit * n.Sv * Sk;
     for (int idx = tid; idx < Sk * kSlice; idx += threads) {
         const int i = idx / kSlice, c = idx % kSlice;
-        dS[i * L.ldv + c] = w.d_states.present() ? *w.d_states.at(i, j0 + c, h, b) : 0.0f;
+        dS[i * L.ldv + c] = ws.chunk_end < ws.chunks ? carry_in[static_cast<int64_t>(j0 + c) * Sk + i]
+                            : w.d_states.present()   ? *w.d_states.at(i, j0 + c, h, b)
+                                                     : 0.0f;
     }
 
-    for (int64_t chunk = ws.chunks - 1; chunk >= 0; --chunk) {
+    for (int64_t chunk = ws.chunk_end - 1; chunk >= ws.chunk_begin; --chunk) {
         const int64_t t0 = chunk * C;
         const int len = n.T - t0 < C ? static_cast<int>(n.T - t0) : C;
         __syncthreads();  // the previous chunk is done with every buffer
@@ -231,10 +239,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
         tile::block_gemm<col_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dM o G)^T K
 
         // The partial rows of this slice: [dq | dk | dg | dbeta].
+        const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
         for (int idx = tid; idx < len * (2 * Sk + 2); idx += threads) {
             const int r = idx / (2 * Sk + 2), x = idx % (2 * Sk + 2);
             const float value = x < Sk ? dQ[r * L.ldk + x] : x < 2 * Sk ? dK[r * L.ldk + x - Sk] : x == 2 * Sk ? scratch[r] : dbeta[r];
-            ws.partials[((static_cast<int64_t>(slice) * n.B * n.Hv + unit) * n.T + t0 + r) * ws.partial_width + x] = value;
+            ws.rows.row(slice, unit, units, t0 + r)[x] = value;
         }
 
         // The carry: dS = exp(gam_L) dS + Q^T diag(exp(gam)) dOc - K^T diag(exp(gam) beta) Y.
@@ -250,11 +259,18 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
         tile::block_gemm<col_major, row_major>(dS, L.ldv, K, L.ldk, T3, L.ldv, Sk, kSlice, C, true);
     }
 
-    if (w.ds0.present())
+    if (ws.chunk_begin > 0) {  // an earlier window follows: hand dS over
+        float *carry_out = ws.carry + unit * n.Sv * Sk;
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int c = idx / Sk, i = idx % Sk;
+            carry_out[static_cast<int64_t>(j0 + c) * Sk + i] = dS[i * L.ldv + c];
+        }
+    } else if (w.ds0.present()) {
         for (int idx = tid; idx < Sk * kSlice; idx += threads) {
             const int i = idx / kSlice, c = idx % kSlice;
             *w.ds0.at(i, j0 + c, h, b) = dS[i * L.ldv + c];
         }
+    }
 }
 
 inline size_t chunk_backward_shared_bytes(int Sk) { return sizeof(float) * static_cast<size_t>(chunk_backward_layout(Sk).floats); }
@@ -263,22 +279,29 @@ inline bool chunk_backward_eligible(const Sizes &n, size_t shared_limit) {
     return chunk_forward_eligible(n, shared_limit) && chunk_backward_shared_bytes(n.Sk) <= shared_limit;
 }
 
-inline ChunkBackwardPlan make_chunk_backward_plan(const Sizes &n) {
+// `partial_budget`: the bytes the partial rows of a window may take.
+inline ChunkBackwardPlan make_chunk_backward_plan(const Sizes &n, size_t partial_budget = kPartialRowsBudget) {
     ChunkBackwardPlan plan;
     plan.chunks = (n.T + kChunk - 1) / kChunk;
     plan.slices = n.Sv / kSlice;
     plan.partial_width = 2 * static_cast<int64_t>(n.Sk) + 2;
     plan.shared_bytes = chunk_backward_shared_bytes(n.Sk);
-    const double units = static_cast<double>(n.B) * n.Hv;
-    const double checkpoints = 4.0 * units * static_cast<double>(plan.chunks) * n.Sv * n.Sk;
-    const double partials = 4.0 * plan.slices * units * static_cast<double>(n.T) * static_cast<double>(plan.partial_width);
-    if (checkpoints + partials > 0x1p62) {
+    const double units = static_cast<double>(n.B) * n.Hv, area = static_cast<double>(n.Sv) * n.Sk;
+    const double row_bytes = 4.0 * plan.slices * units * static_cast<double>(plan.partial_width);  // per token
+    plan.window_chunks = window_tokens(n.T, kChunk, row_bytes, partial_budget) / kChunk;
+    plan.windows = (plan.chunks + plan.window_chunks - 1) / plan.window_chunks;
+    const double checkpoints = 4.0 * units * static_cast<double>(plan.chunks) * area;
+    const double carry = plan.windows > 1 ? 4.0 * units * area : 0.0;
+    const double partials = row_bytes * static_cast<double>(plan.window_chunks * kChunk);
+    if (checkpoints + carry + partials > 0x1p62) {
         plan.bytes = SIZE_MAX;
         return plan;
     }
+    const auto aligned = [](double bytes) { return (static_cast<size_t>(bytes) + 255) / 256 * 256; };
     plan.checkpoints_offset = 0;
-    plan.partials_offset = (static_cast<size_t>(checkpoints) + 255) / 256 * 256;
-    plan.bytes = plan.partials_offset + (static_cast<size_t>(partials) + 255) / 256 * 256;
+    plan.carry_offset = aligned(checkpoints);
+    plan.partials_offset = plan.carry_offset + aligned(carry);
+    plan.bytes = plan.partials_offset + aligned(partials);
     return plan;
 }
 
@@ -290,6 +313,35 @@ inline ForwardViews chunk_checkpoint_views(const BackwardViews &w, float *checkp
     f.checkpoint_every = kChunk;
     f.checkpoint_count = chunks;
     return f;
+}
+
+// Enqueues the chunked backward: the chunked forward writing the chunk-start states, then per
+// window of chunks (last first) the chunk kernel and the reductions of its rows.
+template <class Launch>
+cudaError_t run_chunk_backward(const Launch &launch, const BackwardViews &w, const Sizes &n, const ChunkBackwardPlan &plan,
+                               void *workspace) {
+    char *base = static_cast<char *>(workspace);
+    float *checkpoints = reinterpret_cast<float *>(base + plan.checkpoints_offset);
+    ChunkBackwardWork work{};
+    work.checkpoints = checkpoints;
+    work.carry = reinterpret_cast<float *>(base + plan.carry_offset);
+    work.rows.data = reinterpret_cast<float *>(base + plan.partials_offset);
+    work.rows.width = plan.partial_width;
+    work.rows.slices = plan.slices;
+    work.rows.capacity = plan.window_chunks * kChunk;
+    work.chunks = plan.chunks;
+    cudaError_t e = run_chunk_forward(launch, chunk_checkpoint_views(w, checkpoints, plan.chunks), n);
+    if (e != cudaSuccess) return e;
+    const LaunchShape shape{plan.slices, n.Hv, n.B, kChunkThreads, plan.shared_bytes};
+    for (int64_t window = plan.windows - 1; window >= 0; --window) {
+        work.chunk_begin = window * plan.window_chunks;
+        work.chunk_end = std::min(work.chunk_begin + plan.window_chunks, plan.chunks);
+        work.rows.t_begin = work.chunk_begin * kChunk;
+        work.rows.tokens = std::min(work.chunk_end * kChunk, n.T) - work.rows.t_begin;
+        if ((e = launch(chunk_backward_kernel, shape, w, n, work)) != cudaSuccess) return e;
+        if ((e = launch_reductions(launch, w, n, work.rows)) != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 }  // namespace

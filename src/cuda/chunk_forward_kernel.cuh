@@ -22,6 +22,7 @@
 #pragma once
 
 #include "cuda/device_views.h"
+#include "cuda/plans.h"
 #include "cuda/tile_ops.cuh"
 
 namespace gdn::cuda {
@@ -172,12 +173,14 @@ inline bool chunk_forward_eligible(const Sizes &n, size_t shared_limit) {
            sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats) <= shared_limit;
 }
 
-struct ChunkGrid {
-    int x, y, z, threads;
-    size_t shared_bytes;
-};
-inline ChunkGrid chunk_forward_grid(const Sizes &n) {
+inline LaunchShape chunk_forward_shape(const Sizes &n) {
     return {n.Sv / kSlice, n.Hv, n.B, kChunkThreads, sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats)};
+}
+
+// Enqueues the chunked forward (launch: a StreamLauncher, or the emulation's launcher).
+template <class Launch>
+cudaError_t run_chunk_forward(const Launch &launch, const ForwardViews &w, const Sizes &n) {
+    return launch(chunk_forward_kernel, chunk_forward_shape(n), w, n);
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 // column-local are the gradients of key-channel inputs (dq, dk, per-channel dg) and of scalars
 // (dbeta, scalar dg): every column adds a part. A block sums its warps' parts per token in
 // shared memory in a fixed order and writes one partial row per (column slice, unit, token) to
-// the workspace; a second kernel sums the rows of every slice and every unit that reads a
-// key head, in a fixed order. No atomics: the same bits on every run.
+// the workspace; the reductions of partial_rows.cuh sum the rows of every slice and every
+// unit that reads a key head, in a fixed order. No atomics: the same bits on every run. The
+// kernel is launched once per window of segments (last window first), the reductions after
+// each, and the carry D passes between windows through the workspace.
 //
 // S_{t-1} is needed in reverse order. It is never recovered by dividing by exp(g) (overflow);
 // it is replayed from stored states, on three levels so that the replayed states themselves
@@ -31,7 +33,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/partial_rows.cuh"
 #include "cuda/plans.h"
+#include "cuda/token_forward_kernel.cuh"
 #include "cuda/token_step.cuh"
 
 namespace gdn::cuda {
@@ -62,10 +66,12 @@ inline int columns_per_block(int rows) {
 }
 
 struct BackwardWorkspace {
-    float *checkpoints;  // [unit][segment][Sv][Sk]: S before the first token of each segment
+    float *checkpoints;      // [unit][segment][Sv][Sk]: S before the first token of each segment
     float *sub_checkpoints;  // [unit][sub-segment][Sv][Sk]: S before each sub-segment of the segment being walked
-    float *partials;     // [slice][unit][T][partial_width]: dq | dk | dg | dbeta per token
-    int64_t segment, segments, sub_segment, sub_segments, partial_width;
+    float *carry;            // [unit][Sv][Sk]: D after a window (before its first token), for the next launch
+    PartialRows rows;        // dq | dk | dg | dbeta per token of the window
+    int64_t segment, segments, sub_segment, sub_segments;
+    int64_t segment_begin, segment_end;  // the window this launch walks (in reverse)
 };
 
 // The column S[:, j] of a unit inside a [unit][rows][Sv][Sk] buffer.
@@ -101,12 +107,17 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
 
     float s[kColumns][R];   // S[:, j]: the state at the current position
     float dS[kColumns][R];  // D[:, j]: dL/dS at the current position
-    // Segments in reverse (the checkpoints come from the forward kernel, run first).
+    // D enters the last window as zero (d_states is added per token) and any other window as
+    // the carry the later window left.
+    const bool last_window = ws.segment_end == ws.segments;
 #pragma unroll
-    for (int c = 0; c < kColumns; ++c)
+    for (int c = 0; c < kColumns; ++c) {
 #pragma unroll
         for (int r = 0; r < R; ++r) dS[c][r] = 0.0f;
-    for (int64_t seg = ws.segments - 1; seg >= 0; --seg) {
+        if (!last_window && column_in[c]) load_packed<R>(packed_column(ws.carry, unit, 1, 0, n, column[c]), n.Sk, lane, dS[c]);
+    }
+    // Segments in reverse (the checkpoints come from the forward kernel, run first).
+    for (int64_t seg = ws.segment_end - 1; seg >= ws.segment_begin; --seg) {
         const int64_t t0 = seg * ws.segment, t1 = t0 + ws.segment < n.T ? t0 + ws.segment : n.T;
 
         // The segment forward from its checkpoint: sub-checkpoints.
@@ -235,8 +246,8 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                     scalar_parts[kWarps + warp] = dg_scalar;
                 }
                 __syncthreads();
-                float *row = ws.partials + ((static_cast<int64_t>(slice) * n.B * n.Hv + unit) * n.T + t) * ws.partial_width;
-                for (int idx = threadIdx.x; idx < ws.partial_width; idx += blockDim.x) {
+                float *row = ws.rows.row(slice, unit, static_cast<int64_t>(n.B) * n.Hv, t);
+                for (int idx = threadIdx.x; idx < ws.rows.width; idx += blockDim.x) {
                     float sum = 0.0f;
                     if (idx < 2 * n.Sk) {
                         const int vec = idx / n.Sk, i = idx % n.Sk;
@@ -256,64 +267,14 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
         }
     }
 
-    if (w.ds0.present()) {
+    if (ws.segment_begin > 0) {  // an earlier window follows: hand D over
+#pragma unroll
+        for (int c = 0; c < kColumns; ++c)
+            if (column_in[c]) store_packed<R>(packed_column(ws.carry, unit, 1, 0, n, column[c]), n.Sk, lane, dS[c]);
+    } else if (w.ds0.present()) {
 #pragma unroll
         for (int c = 0; c < kColumns; ++c)
             if (column_in[c]) store_column<R>(w.ds0, n.Sk, column[c], h, b, lane, dS[c]);
-    }
-}
-
-// dq, dk: element (i, kh, t, bq) sums, in a fixed order, the partial rows of every unit that
-// reads key head kh of q/k sequence bq (sequences ascending, then value heads ascending) and
-// of every column slice.
-__global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws, int slices) {
-    const int64_t total = static_cast<int64_t>(n.Bq) * n.Hk * n.T * n.Sk;
-    const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
-    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int i = static_cast<int>(idx % n.Sk);
-        int64_t rest = idx / n.Sk;
-        const int64_t t = rest % n.T;
-        rest /= n.T;
-        const int kh = static_cast<int>(rest % n.Hk);
-        const int bq = static_cast<int>(rest / n.Hk);
-        float dq = 0.0f, dk = 0.0f;
-        for (int sb = 0; sb < n.sequences_per_qk_sequence(); ++sb) {
-            const int b = bq * n.sequences_per_qk_sequence() + sb;
-            for (int jv = 0; jv < n.value_heads_per_key_head(); ++jv) {
-                const int64_t unit = static_cast<int64_t>(b) * n.Hv + n.value_head_of(kh, jv);
-                for (int slice = 0; slice < slices; ++slice) {
-                    const float *row = ws.partials + ((slice * units + unit) * n.T + t) * ws.partial_width;
-                    dq += row[i];
-                    dk += row[n.Sk + i];
-                }
-            }
-        }
-        if (w.dq.present()) *w.dq.at(i, kh, t, bq) = dq;
-        if (w.dk.present()) *w.dk.at(i, kh, t, bq) = dk;
-    }
-}
-
-// dg, dbeta: element (c, h, t, b) sums the partial rows of the unit's column slices in order.
-__global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws, int slices) {
-    const int width = n.gate_width + 1;  // dg channels, then dbeta
-    const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
-    const int64_t total = units * n.T * width;
-    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int c = static_cast<int>(idx % width);
-        const int64_t rest = idx / width;
-        const int64_t t = rest % n.T;
-        const int64_t unit = rest / n.T;
-        const int h = static_cast<int>(unit % n.Hv), b = static_cast<int>(unit / n.Hv);
-        float sum = 0.0f;
-        for (int slice = 0; slice < slices; ++slice)
-            sum += ws.partials[((slice * units + unit) * n.T + t) * ws.partial_width + 2 * n.Sk + c];
-        if (c < n.gate_width) {
-            if (w.dg.present()) *w.dg.at(c, h, t, b) = sum;
-        } else if (w.dbeta.present()) {
-            *w.dbeta.at(0, h, t, b) = sum;
-        }
     }
 }
 
@@ -323,8 +284,9 @@ inline int backward_warps(int rows) { return rows == 8 ? BackwardShape<8>::warps
 static_assert(BackwardShape<1>::warps == BackwardShape<2>::warps && BackwardShape<2>::warps == BackwardShape<4>::warps,
               "backward_warps assumes one block size for R <= 4");
 
-// `shared_limit`: the most dynamic shared memory one block may use on this device.
-inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit) {
+// `shared_limit`: the most dynamic shared memory one block may use on this device;
+// `partial_budget`: the bytes the partial rows of a window may take.
+inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit, size_t partial_budget = kPartialRowsBudget) {
     TokenBackwardPlan plan;
     // sqrt(T) balances checkpoints (T/segment) against sub-checkpoints; capped for long inputs.
     plan.segment = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n.T)))), 1, 128);
@@ -341,16 +303,21 @@ inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_
     plan.shared_bytes = parts + per_token * static_cast<size_t>(plan.sub_segment);
     // Sizes in double first: a product past 2^62 bytes cannot be allocated and must not wrap.
     const double units = static_cast<double>(n.B) * n.Hv, area = static_cast<double>(n.Sk) * n.Sv;
+    const double row_bytes = 4.0 * plan.slices * units * static_cast<double>(plan.partial_width);  // per token
+    plan.window_segments = window_tokens(n.T, plan.segment, row_bytes, partial_budget) / plan.segment;
+    plan.windows = (plan.segments + plan.window_segments - 1) / plan.window_segments;
     const double checkpoints = 4.0 * units * static_cast<double>(plan.segments) * area;
     const double sub_checkpoints = 4.0 * units * static_cast<double>(plan.sub_segments) * area;
-    const double partials = 4.0 * plan.slices * units * static_cast<double>(n.T) * static_cast<double>(plan.partial_width);
-    if (checkpoints + sub_checkpoints + partials > 0x1p62) {
+    const double carry = plan.windows > 1 ? 4.0 * units * area : 0.0;
+    const double partials = row_bytes * static_cast<double>(plan.window_segments * plan.segment);
+    if (checkpoints + sub_checkpoints + carry + partials > 0x1p62) {
         plan.bytes = SIZE_MAX;
         return plan;
     }
     plan.checkpoints_offset = 0;
     plan.sub_checkpoints_offset = align_up(static_cast<size_t>(checkpoints));
-    plan.partials_offset = plan.sub_checkpoints_offset + align_up(static_cast<size_t>(sub_checkpoints));
+    plan.carry_offset = plan.sub_checkpoints_offset + align_up(static_cast<size_t>(sub_checkpoints));
+    plan.partials_offset = plan.carry_offset + align_up(static_cast<size_t>(carry));
     plan.bytes = plan.partials_offset + align_up(static_cast<size_t>(partials));
     return plan;
 }
@@ -358,27 +325,18 @@ inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_
 // The workspace regions of a plan inside the buffer at `base`.
 inline BackwardWorkspace workspace_of(const TokenBackwardPlan &plan, void *base) {
     char *p = static_cast<char *>(base);
-    return {reinterpret_cast<float *>(p + plan.checkpoints_offset),
-            reinterpret_cast<float *>(p + plan.sub_checkpoints_offset),
-            reinterpret_cast<float *>(p + plan.partials_offset),
-            plan.segment,
-            plan.segments,
-            plan.sub_segment,
-            plan.sub_segments,
-            plan.partial_width};
+    BackwardWorkspace ws{};
+    ws.checkpoints = reinterpret_cast<float *>(p + plan.checkpoints_offset);
+    ws.sub_checkpoints = reinterpret_cast<float *>(p + plan.sub_checkpoints_offset);
+    ws.carry = reinterpret_cast<float *>(p + plan.carry_offset);
+    ws.rows.data = reinterpret_cast<float *>(p + plan.partials_offset);
+    ws.rows.width = plan.partial_width;
+    ws.rows.slices = plan.slices;
+    ws.rows.capacity = plan.window_segments * plan.segment;
+    ws.segment = plan.segment, ws.segments = plan.segments;
+    ws.sub_segment = plan.sub_segment, ws.sub_segments = plan.sub_segments;
+    return ws;
 }
-
-// Launch shapes: the column kernel's blocks are (slices, value heads, sequences), with
-// plan.shared_bytes of dynamic shared memory; the reductions are grid-stride loops.
-inline int64_t key_grad_count(const Sizes &n) { return static_cast<int64_t>(n.Bq) * n.Hk * n.T * n.Sk; }
-inline int64_t gate_grad_count(const Sizes &n) { return static_cast<int64_t>(n.B) * n.Hv * n.T * (n.gate_width + 1); }
-inline int reduce_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 65536)); }
-
-}  // namespace
-}  // namespace gdn::cuda
-
-namespace gdn::cuda {
-namespace {
 
 // The forward kernel's views for the backward's checkpoint pass.
 inline ForwardViews checkpoint_views(const BackwardViews &w, const BackwardWorkspace &ws) {
@@ -388,6 +346,33 @@ inline ForwardViews checkpoint_views(const BackwardViews &w, const BackwardWorks
     f.checkpoint_every = ws.segment;
     f.checkpoint_count = ws.segments;
     return f;
+}
+
+// Enqueues the per-token backward: the forward writing the checkpoints, then per window of
+// segments (last first) the column kernel and the reductions of its rows.
+template <class Launch>
+cudaError_t run_token_backward(const Launch &launch, const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan,
+                               void *workspace) {
+    BackwardWorkspace ws = workspace_of(plan, workspace);
+    cudaError_t e = run_token_forward(launch, checkpoint_views(w, ws), n);
+    if (e != cudaSuccess) return e;
+    const int rows = rows_per_lane(n.Sk);
+    const LaunchShape shape{plan.slices, n.Hv, n.B, backward_warps(rows) * 32, plan.shared_bytes};
+    for (int64_t window = plan.windows - 1; window >= 0; --window) {
+        ws.segment_begin = window * plan.window_segments;
+        ws.segment_end = std::min(ws.segment_begin + plan.window_segments, plan.segments);
+        ws.rows.t_begin = ws.segment_begin * plan.segment;
+        ws.rows.tokens = std::min(ws.segment_end * plan.segment, n.T) - ws.rows.t_begin;
+        switch (rows) {
+            case 1: e = launch(token_backward_kernel<1>, shape, w, n, ws); break;
+            case 2: e = launch(token_backward_kernel<2>, shape, w, n, ws); break;
+            case 4: e = launch(token_backward_kernel<4>, shape, w, n, ws); break;
+            default: e = launch(token_backward_kernel<8>, shape, w, n, ws); break;
+        }
+        if (e != cudaSuccess) return e;
+        if ((e = launch_reductions(launch, w, n, ws.rows)) != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 }  // namespace

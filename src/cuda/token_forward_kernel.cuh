@@ -19,6 +19,7 @@
 #include <cuda_pipeline.h>
 #endif
 
+#include "cuda/plans.h"
 #include "cuda/token_step.cuh"
 
 namespace gdn::cuda {
@@ -223,14 +224,22 @@ __global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(Forwa
 inline int forward_groups(int Sk) { return Sk <= 16 ? 1 : Sk <= 32 ? 2 : Sk <= 64 ? 4 : Sk <= 128 ? 8 : 16; }
 
 // Blocks: (column groups of 32, value heads, sequences); dynamic shared memory: two buffers.
-struct ForwardGrid {
-    int x, y, z, threads;
-    size_t shared_bytes;
-};
 template <int V>
-inline ForwardGrid token_forward_grid(const Sizes &n) {
+inline LaunchShape token_forward_shape(const Sizes &n) {
     return {(n.Sv + kForwardColumns - 1) / kForwardColumns, n.Hv, n.B, kForwardWarps * 32,
             2 * sizeof(float) * static_cast<size_t>(stage_layout<V>(n).floats())};
+}
+
+// Enqueues the per-token forward (launch: a StreamLauncher, or the emulation's launcher).
+template <class Launch>
+cudaError_t run_token_forward(const Launch &launch, const ForwardViews &w, const Sizes &n) {
+    switch (forward_groups(n.Sk)) {
+        case 1: return launch(token_forward_kernel<1>, token_forward_shape<1>(n), w, n);
+        case 2: return launch(token_forward_kernel<2>, token_forward_shape<2>(n), w, n);
+        case 4: return launch(token_forward_kernel<4>, token_forward_shape<4>(n), w, n);
+        case 8: return launch(token_forward_kernel<8>, token_forward_shape<8>(n), w, n);
+        default: return launch(token_forward_kernel<16>, token_forward_shape<16>(n), w, n);
+    }
 }
 
 }  // namespace

@@ -18,48 +18,34 @@ namespace {
 using namespace gdn::cuda;
 using namespace gdn_emulation;
 
-template <int V>
-void emulate_forward(const ForwardViews &w, const Sizes &n) {
-    const ForwardGrid g = token_forward_grid<V>(n);
-    ASSERT_LE(g.shared_bytes, sizeof(gdn::cuda::shared));
-    fake_cuda::launch({unsigned(g.x), unsigned(g.y), unsigned(g.z)}, g.threads, [&] { token_forward_kernel<V>(w, n); });
-}
+const EmulatedLauncher kLaunch{sizeof(gdn::cuda::shared)};
 
-void emulate_forward_any(const ForwardViews &w, const Sizes &n) {
-    switch (forward_groups(n.Sk)) {
-        case 1: return emulate_forward<1>(w, n);
-        case 2: return emulate_forward<2>(w, n);
-        case 4: return emulate_forward<4>(w, n);
-        case 8: return emulate_forward<8>(w, n);
-        default: return emulate_forward<16>(w, n);
-    }
-}
+// Small shared-memory budgets so that segments split into sub-segments: one token each at
+// 16 KiB; at Sk > 128, 60 KiB gives two tokens each, the last sub-segment shorter.
+size_t shared_budget(const Sizes &n) { return (n.Sk > 128 ? 60 : 16) * 1024; }
 
-template <int R>
-void emulate_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, const BackwardWorkspace &ws) {
-    ASSERT_LE(plan.shared_bytes, sizeof(gdn::cuda::shared));
-    fake_cuda::launch({unsigned(plan.slices), unsigned(n.Hv), unsigned(n.B)}, BackwardShape<R>::warps * 32,
-                      [&] { token_backward_kernel<R>(w, n, ws); });
-}
+struct Grads {
+    HostTensor dq, dk, dv, dg, dbeta, ds0;
+    explicit Grads(const Shape &s)
+        : dq(s.Sk, s.Hk, s.T, s.Bq, -7.0f),
+          dk(s.Sk, s.Hk, s.T, s.Bq, -7.0f, 2),
+          dv(s.Sv, s.Hv, s.T, s.B, -7.0f),
+          dg(s.kda ? s.Sk : 1, s.Hv, s.T, s.B, -7.0f),
+          dbeta(1, s.Hv, s.T, s.B, -7.0f),
+          ds0(s.Sk, s.Sv, s.Hv, s.B, -7.0f) {}
+};
 
-void emulate_backward_any(const BackwardViews &w, const Sizes &n, std::vector<float> &workspace) {
-    // Small shared-memory budgets so that segments split into sub-segments: one token each at
-    // 16 KiB; at Sk > 128, 60 KiB gives two tokens each, the last sub-segment shorter.
-    const TokenBackwardPlan plan = make_token_backward_plan(n, (n.Sk > 128 ? 60 : 16) * 1024);
-    workspace.assign(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
-    const BackwardWorkspace ws = workspace_of(plan, workspace.data());
-    emulate_forward_any(checkpoint_views(w, ws), n);
-    switch (rows_per_lane(n.Sk)) {
-        case 1: emulate_backward<1>(w, n, plan, ws); break;
-        case 2: emulate_backward<2>(w, n, plan, ws); break;
-        case 4: emulate_backward<4>(w, n, plan, ws); break;
-        default: emulate_backward<8>(w, n, plan, ws); break;
-    }
-    if (w.dq.present() || w.dk.present())
-        fake_cuda::launch({unsigned(reduce_blocks(key_grad_count(n))), 1, 1}, 256, [&] { reduce_key_grads_kernel(w, n, ws, plan.slices); });
-    if (w.dg.present() || w.dbeta.present())
-        fake_cuda::launch({unsigned(reduce_blocks(gate_grad_count(n))), 1, 1}, 256,
-                          [&] { reduce_gate_grads_kernel(w, n, ws, plan.slices); });
+// The per-token backward as token_backward.cu enqueues it, with the partial rows of a window
+// limited to `partial_budget` bytes; returns the number of windows.
+int64_t emulate_backward(const Inputs &in, const HostTensor &d_out, const HostTensor &d_states, size_t partial_budget, Grads &got) {
+    const Sizes n = in.sizes();
+    const BackwardViews w{in.q.view(),     in.k.view(),      in.v.view(),      in.g.view(),  in.beta.view(),
+                          in.s0.view(),    d_out.view(),     d_states.view(),  got.dq.view(), got.dk.view(),
+                          got.dv.view(),   got.dg.view(),    got.dbeta.view(), got.ds0.view()};
+    const TokenBackwardPlan plan = make_token_backward_plan(n, shared_budget(n), partial_budget);
+    std::vector<float> workspace(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
+    EXPECT_EQ(run_token_backward(kLaunch, w, n, plan, workspace.data()), cudaSuccess);
+    return plan.windows;
 }
 
 class Emulated : public ::testing::TestWithParam<Shape> {};
@@ -75,7 +61,7 @@ TEST_P(Emulated, ForwardMatchesRef) {
 
     HostTensor out(s.Sv, s.Hv, s.T, s.B, -7.0f, 1), states(s.Sk, s.Sv, s.Hv, int64_t(s.B) * s.K, -7.0f);
     ForwardViews w{in.q.view(), in.k.view(), in.v.view(), in.g.view(), in.beta.view(), in.s0.view(), out.view(), states.view()};
-    emulate_forward_any(w, in.sizes());
+    ASSERT_EQ(run_token_forward(kLaunch, w, in.sizes()), cudaSuccess);
     EXPECT_LT(nmse(out.data, want_out.data), 1e-10);
     EXPECT_LT(nmse(states.data, want_states.data), 1e-10);
     // Padding of out and unwritten slots (T < K) keep their fill, as in ref.
@@ -93,31 +79,32 @@ TEST_P(EmulatedBackward, MatchesRef) {
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     for (float &x : d_out.data) x = unit(rng);
     for (float &x : d_states.data) x = unit(rng);
-    struct Grads {
-        HostTensor dq, dk, dv, dg, dbeta, ds0;
-    };
-    auto make = [&] {
-        return Grads{HostTensor(s.Sk, s.Hk, s.T, s.Bq, -7.0f), HostTensor(s.Sk, s.Hk, s.T, s.Bq, -7.0f, 2),
-                     HostTensor(s.Sv, s.Hv, s.T, s.B, -7.0f),   HostTensor(s.kda ? s.Sk : 1, s.Hv, s.T, s.B, -7.0f),
-                     HostTensor(1, s.Hv, s.T, s.B, -7.0f),      HostTensor(s.Sk, s.Sv, s.Hv, s.B, -7.0f)};
-    };
-    Grads want = make(), got = make();
+    Grads want(s);
     RefContext ref;
     const gdn_problem p = in.problem();
     gdn_grads grads{want.dq.t, want.dk.t, want.dv.t, want.dg.t, want.dbeta.t, want.ds0.t};
     ASSERT_EQ(gdn_backward(ref.ctx, &p, &d_out.t, &d_states.t, &grads), GDN_OK) << gdn_last_error(ref.ctx);
 
-    BackwardViews w{in.q.view(),     in.k.view(),      in.v.view(),      in.g.view(),  in.beta.view(),
-                    in.s0.view(),    d_out.view(),     d_states.view(),  got.dq.view(), got.dk.view(),
-                    got.dv.view(),   got.dg.view(),    got.dbeta.view(), got.ds0.view()};
-    std::vector<float> workspace;
-    emulate_backward_any(w, in.sizes(), workspace);
+    Grads got(s);
+    ASSERT_EQ(emulate_backward(in, d_out, d_states, kPartialRowsBudget, got), 1) << "these shapes fit one window";
     EXPECT_LT(nmse(got.dq.data, want.dq.data), 1e-9) << "dq";
     EXPECT_LT(nmse(got.dk.data, want.dk.data), 1e-9) << "dk";
     EXPECT_LT(nmse(got.dv.data, want.dv.data), 1e-9) << "dv";
     EXPECT_LT(nmse(got.dg.data, want.dg.data), 1e-9) << "dg";
     EXPECT_LT(nmse(got.dbeta.data, want.dbeta.data), 1e-9) << "dbeta";
     EXPECT_LT(nmse(got.ds0.data, want.ds0.data), 1e-9) << "ds0";
+
+    // A window per segment: the same arithmetic in the same order, the carry passed through
+    // the workspace as it is, so the same bits.
+    Grads windowed(s);
+    const int64_t windows = emulate_backward(in, d_out, d_states, 1, windowed);
+    EXPECT_EQ(windows, make_token_backward_plan(in.sizes(), shared_budget(in.sizes())).segments);
+    EXPECT_EQ(windowed.dq.data, got.dq.data);
+    EXPECT_EQ(windowed.dk.data, got.dk.data);
+    EXPECT_EQ(windowed.dv.data, got.dv.data);
+    EXPECT_EQ(windowed.dg.data, got.dg.data);
+    EXPECT_EQ(windowed.dbeta.data, got.dbeta.data);
+    EXPECT_EQ(windowed.ds0.data, got.ds0.data);
 }
 
 // Sk, Sv, Hk, Hv, T, B, Bq, K, kda, grouped, s0

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/device_views.h"
+#include "cuda/plans.h"
 #include "gdn/gdn.h"
 
 namespace gdn_emulation {
@@ -118,6 +119,25 @@ inline double nmse(const std::vector<float> &a, const std::vector<float> &b) {
     }
     return den > 0 ? num / den : num;
 }
+
+// Runs a launch sequence (run_* of the kernel headers) on CPU threads, kernel after kernel,
+// block after block, with the test's shared-memory array; counts the launches.
+struct EmulatedLauncher {
+    size_t shared_capacity;   // bytes of the test's `shared` array
+    int *launches = nullptr;  // incremented per launch when set
+
+    template <class... Params, class... Args>
+    cudaError_t operator()(void (*kernel)(Params...), const gdn::cuda::LaunchShape &shape, const Args &...args) const {
+        if (shape.shared_bytes > shared_capacity) {
+            ADD_FAILURE() << "a launch asks for " << shape.shared_bytes << " bytes of shared memory; the emulation has "
+                          << shared_capacity;
+            return cudaErrorInvalidValue;
+        }
+        if (launches != nullptr) ++*launches;
+        fake_cuda::launch({unsigned(shape.x), unsigned(shape.y), unsigned(shape.z)}, shape.threads, [&] { kernel(args...); });
+        return cudaSuccess;
+    }
+};
 
 struct RefContext {
     gdn_context *ctx = nullptr;

@@ -28,6 +28,9 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 
+// The launch sequences (run_* in the kernel headers) return the runtime's status.
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+
 namespace fake_cuda {
 
 struct Index3 {

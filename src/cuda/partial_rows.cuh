@@ -1,0 +1,131 @@
+// The backwards' partial gradient rows and their fixed-order reductions.
+//
+// Every gradient but dv sums over value columns, and dq/dk also over the value heads (and
+// sequences) that read a key head. A backward block owns one column slice of one unit
+// (sequence b, value head h), so it writes its part per token as a partial row
+// [dq | dk | dg | dbeta]; the two reduction kernels here then sum the rows of every slice and
+// every reading unit in a fixed order. No atomics: the same bits on every run.
+//
+// The rows of all T tokens would take T Sk Sv/32 floats per unit (about 0.8 GB at the 27B
+// shape, T = 4096). So the backwards walk the tokens in reverse window by window: a launch
+// covers one window, the reductions finish its rows, and the next (earlier) window reuses
+// them, stream-ordered. The carry dL/dS passes between windows through the workspace. The
+// rows then take a fixed budget, whatever T is.
+//
+// Device code plus host-side sizing, included by the backward launchers (nvcc) and by the
+// host emulation tests.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/device_views.h"
+#include "cuda/plans.h"
+
+namespace gdn::cuda {
+namespace {
+
+// Bytes the partial rows of one window may take (at least one step of tokens is always
+// allowed). 128 MiB holds 672 tokens at the 27B shape (B = 1): 7 windows at T = 4096.
+constexpr size_t kPartialRowsBudget = size_t(128) << 20;
+
+// The rows of one window, [slice][unit][token - t_begin][width].
+struct PartialRows {
+    float *data = nullptr;
+    int64_t width = 0;     // floats per row: dq | dk | dg (gate_width) | dbeta
+    int slices = 1;        // column slices per unit
+    int64_t capacity = 0;  // tokens per window (rows per slice and unit)
+    int64_t t_begin = 0;   // first token of the window being walked
+    int64_t tokens = 0;    // tokens of that window (<= capacity; the first window may be shorter)
+
+    __host__ __device__ float *row(int slice, int64_t unit, int64_t units, int64_t t) const {
+        return data + ((slice * units + unit) * capacity + (t - t_begin)) * width;
+    }
+};
+
+// Tokens per window: the most whole steps (chunks, or segments) whose rows fit the budget, at
+// least one step, and no more steps than T needs.
+inline int64_t window_tokens(int64_t T, int64_t step, double row_bytes_per_token, size_t budget) {
+    const int64_t steps_needed = (T + step - 1) / step;
+    const double fit = static_cast<double>(budget) / (row_bytes_per_token * static_cast<double>(step));
+    const int64_t steps = std::clamp<int64_t>(fit >= static_cast<double>(steps_needed) ? steps_needed : static_cast<int64_t>(fit), 1,
+                                              steps_needed);
+    return steps * step;
+}
+
+// dq, dk: element (i, kh, t, bq) of the window sums, in a fixed order, the partial rows of every
+// unit that reads key head kh of q/k sequence bq (sequences ascending, then value heads
+// ascending) and of every column slice.
+__global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, PartialRows rows) {
+    const int64_t total = static_cast<int64_t>(n.Bq) * n.Hk * rows.tokens * n.Sk;
+    const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
+    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int i = static_cast<int>(idx % n.Sk);
+        int64_t rest = idx / n.Sk;
+        const int64_t t = rows.t_begin + rest % rows.tokens;
+        rest /= rows.tokens;
+        const int kh = static_cast<int>(rest % n.Hk);
+        const int bq = static_cast<int>(rest / n.Hk);
+        float dq = 0.0f, dk = 0.0f;
+        for (int sb = 0; sb < n.sequences_per_qk_sequence(); ++sb) {
+            const int b = bq * n.sequences_per_qk_sequence() + sb;
+            for (int jv = 0; jv < n.value_heads_per_key_head(); ++jv) {
+                const int64_t unit = static_cast<int64_t>(b) * n.Hv + n.value_head_of(kh, jv);
+                for (int slice = 0; slice < rows.slices; ++slice) {
+                    const float *row = rows.row(slice, unit, units, t);
+                    dq += row[i];
+                    dk += row[n.Sk + i];
+                }
+            }
+        }
+        if (w.dq.present()) *w.dq.at(i, kh, t, bq) = dq;
+        if (w.dk.present()) *w.dk.at(i, kh, t, bq) = dk;
+    }
+}
+
+// dg, dbeta: element (c, h, t, b) of the window sums the partial rows of the unit's column
+// slices in order.
+__global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, PartialRows rows) {
+    const int width = n.gate_width + 1;  // dg channels, then dbeta
+    const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
+    const int64_t total = units * rows.tokens * width;
+    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int c = static_cast<int>(idx % width);
+        const int64_t rest = idx / width;
+        const int64_t t = rows.t_begin + rest % rows.tokens;
+        const int64_t unit = rest / rows.tokens;
+        const int h = static_cast<int>(unit % n.Hv), b = static_cast<int>(unit / n.Hv);
+        float sum = 0.0f;
+        for (int slice = 0; slice < rows.slices; ++slice) sum += rows.row(slice, unit, units, t)[2 * n.Sk + c];
+        if (c < n.gate_width) {
+            if (w.dg.present()) *w.dg.at(c, h, t, b) = sum;
+        } else if (w.dbeta.present()) {
+            *w.dbeta.at(0, h, t, b) = sum;
+        }
+    }
+}
+
+// Launch shapes of the reductions: grid-stride loops of 256 threads.
+inline int reduce_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 65536)); }
+
+// Enqueues the reductions of the window `rows` describes (launch: see stream_launcher.cuh).
+template <class Launch>
+cudaError_t launch_reductions(const Launch &launch, const BackwardViews &w, const Sizes &n, const PartialRows &rows) {
+    if (w.dq.present() || w.dk.present()) {
+        const int64_t count = static_cast<int64_t>(n.Bq) * n.Hk * rows.tokens * n.Sk;
+        const cudaError_t e = launch(reduce_key_grads_kernel, LaunchShape{reduce_blocks(count), 1, 1, 256, 0}, w, n, rows);
+        if (e != cudaSuccess) return e;
+    }
+    if (w.dg.present() || w.dbeta.present()) {
+        const int64_t count = static_cast<int64_t>(n.B) * n.Hv * rows.tokens * (n.gate_width + 1);
+        const cudaError_t e = launch(reduce_gate_grads_kernel, LaunchShape{reduce_blocks(count), 1, 1, 256, 0}, w, n, rows);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace gdn::cuda
