@@ -8,7 +8,9 @@
 #             and cuda, then `gdn-ops test -p fd` and `gdn-ops grad -p fd`. LeakSanitizer is on.
 #   tsan      ThreadSanitizer build of the multithreaded tests only: the reliability
 #             concurrency test (8 threads on 8 contexts; on the cpu backend when it is built,
-#             else ref) and the cpu backend's tests when they exist.
+#             else ref), the cpu backend's tests when they exist, and the emulated cuda
+#             kernels (each CUDA thread a host thread: a shared-memory access that no
+#             __syncthreads/__syncwarp orders is a reported race, racecheck without a GPU).
 #   valgrind  memcheck with full leak checking on the leak-cycle test and `gdn-ops grad -p fd`,
 #             from the plain build GDN_BUILD_DIR (default build; scripts/test.sh makes it).
 #
@@ -60,12 +62,12 @@ run_tsan() {
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread" >/dev/null
   # Only the multithreaded tests: the reliability concurrency test and the cpu tests. Only
   # these targets are built here, so -L reliability selects the concurrency test alone.
-  local targets=(gdn_reliability_concurrency)
+  local targets=(gdn_reliability_concurrency cuda_emulated_test)
   # shellcheck disable=SC2207
   targets+=($(cmake --build "$build" --target help | grep -oE '\bcpu_[a-z_]*test\b' | sort -u || true))
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  ctest --test-dir "$build" -L "reliability|cpu" --no-tests=error -j 1 --output-on-failure --timeout 900 2>&1 | tee "$logs/tsan-ctest.log"
+  ctest --test-dir "$build" -L "reliability|cpu|cuda" --no-tests=error -j 1 --output-on-failure --timeout 900 2>&1 | tee "$logs/tsan-ctest.log"
   check_logs "$logs"/tsan-*.log "$build"/Testing/Temporary/LastTest.log
   unset TSAN_OPTIONS
   echo "ci-sanitizers: tsan clean (${targets[*]}) in $((SECONDS - start)) s"

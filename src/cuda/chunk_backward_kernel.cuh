@@ -41,6 +41,7 @@ struct ChunkBackwardLayout {
     int r, dm, doc, y, t2, t3;            // C x 32
     int m, a, p, dp, dmm;                 // C x C
     int gam, beta, single, link, dbeta, scratch;  // vectors of C (scratch: 32 floats)
+    int pair_parts;                       // per warp, C floats
     int floats;
 };
 
@@ -57,6 +58,7 @@ __host__ __device__ inline ChunkBackwardLayout chunk_backward_layout(int Sk) {
     L.dmm = carve.take(kChunk * L.ldc);
     L.gam = carve.take(kChunk), L.beta = carve.take(kChunk), L.single = carve.take(kChunk), L.link = carve.take(kChunk), L.dbeta = carve.take(kChunk);
     L.scratch = carve.take(32);
+    L.pair_parts = carve.take(kChunkThreads / 32 * kChunk);
     L.floats = carve.at;
     return L;
 }
@@ -91,8 +93,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
     float *R = shared + L.r, *Dm = shared + L.dm, *dOc = shared + L.doc, *Y = shared + L.y, *T2 = shared + L.t2, *T3 = shared + L.t3;
     float *M = shared + L.m, *A = shared + L.a, *P = shared + L.p, *dP = shared + L.dp, *dM = shared + L.dmm;
     float *gam = shared + L.gam, *beta = shared + L.beta, *single = shared + L.single, *link = shared + L.link;
-    float *dbeta = shared + L.dbeta, *scratch = shared + L.scratch;
-    const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x;
+    float *dbeta = shared + L.dbeta, *scratch = shared + L.scratch, *pair_parts = shared + L.pair_parts;
+    const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x, lane = tid % 32, warp = tid / 32, warps = threads / 32;
     const int slice = blockIdx.x, j0 = slice * kSlice, h = blockIdx.y, b = blockIdx.z;
     const int kh = n.key_head(h), bq = n.qk_sequence(b);
     const int64_t unit = static_cast<int64_t>(b) * n.Hv + h;
@@ -128,14 +130,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
             const int c = idx / Sk, i = idx % Sk;
             S0[i * L.ldv + c] = ckpt[static_cast<int64_t>(j0 + c) * Sk + i];
         }
-        if (tid < C) {
-            beta[tid] = tid < len ? *w.beta.at(0, h, t0 + tid, b) : 0.0f;
-            const float g = tid < len ? *w.g.at(0, h, t0 + tid, b) : 0.0f;
-            gam[tid] = g < kGateFloor ? kGateFloor : g;
-        }
-        __syncthreads();
-        if (tid == 0)
-            for (int r = 1; r < C; ++r) gam[r] += gam[r - 1];
+        load_chunk_gates(w.g, w.beta, h, b, t0, len, gam, beta);
         __syncthreads();
         const float gam_last = gam[len - 1];
 
@@ -193,15 +188,32 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
         tile::block_gemm<row_major, col_major>(dQ, L.ldk, dOc, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
         tile::block_gemm<row_major, col_major>(dK, L.ldk, T3, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
         tile::block_gemm<row_major, col_major>(T1, L.ldk, Dm, L.ldv, dS, L.ldv, C, Sk, kSlice, false);
-        if (tid < C) {
+        // The gate terms of single tokens and of their links to the chunk's end: a warp per row
+        // in turn, its lanes over the key channels.
+        for (int r = warp; r < C; r += warps) {
             float sq = 0.0f, sk = 0.0f, sl = 0.0f;
-            for (int i = 0; i < Sk; ++i) {
-                sq += dQ[tid * L.ldk + i] * Q[tid * L.ldk + i];
-                sk += dK[tid * L.ldk + i] * K[tid * L.ldk + i];
-                sl += T1[tid * L.ldk + i] * K[tid * L.ldk + i];
+            for (int i = lane; i < Sk; i += 32) {
+                sq += dQ[r * L.ldk + i] * Q[r * L.ldk + i];
+                sk += dK[r * L.ldk + i] * K[r * L.ldk + i];
+                sl += T1[r * L.ldk + i] * K[r * L.ldk + i];
             }
-            single[tid] = expf(gam[tid]) * (sq + sk);
-            link[tid] = expf(gam_last - gam[tid]) * sl;
+            sq = warp_sum(sq), sk = warp_sum(sk), sl = warp_sum(sl);
+            if (lane == 0) {
+                single[r] = expf(gam[r]) * (sq + sk);
+                link[r] = expf(gam_last - gam[r]) * sl;
+            }
+        }
+        // The pairs s < t <= r: along each row, Z_rt = sum_{s<t} X_rs (a warp scan, lane t),
+        // then lane t of each warp sums Z_rt over the warp's rows r >= t.
+        {
+            float rows_sum = 0.0f;
+            for (int r = warp; r < C; r += warps) {
+                const int s = lane;
+                const float x = s < r ? dP[r * L.ldc + s] * P[r * L.ldc + s] + dM[r * L.ldc + s] * M[r * L.ldc + s] : 0.0f;
+                const float z = warp_exclusive_scan(x);
+                if (lane <= r) rows_sum += z;
+            }
+            pair_parts[warp * C + lane] = rows_sum;
         }
         float w_part = 0.0f;  // exp(gam_L) sum(dS o S0), before the carry changes
         for (int idx = tid; idx < Sk * kSlice; idx += threads) {
@@ -214,17 +226,12 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
             dQ[r * L.ldk + i] *= expf(gam[r]);
             dK[r * L.ldk + i] = expf(gam[r]) * dK[r * L.ldk + i] + expf(gam_last - gam[r]) * T1[r * L.ldk + i];
         }
-        // Gate-masked dP and dM (the gradients of the undecayed products), in place after their gate terms.
-        if (tid < C) {
-            // dg_t for t = tid: w + suffix of single + prefix of link + pairs s < t <= r.
-            const int t = tid;
-            float dg = w_gate;
-            for (int r = t; r < C; ++r) dg += single[r];
-            for (int r = 0; r < t; ++r) dg += link[r];
-            for (int r = t; r < C; ++r)
-                for (int s = 0; s < t; ++s) dg += dP[r * L.ldc + s] * P[r * L.ldc + s] + dM[r * L.ldc + s] * M[r * L.ldc + s];
-            scratch[t] = dg;  // read back after the barrier below
+        if (warp == 0) {  // dg_t for t = lane: w + suffix of single + prefix of link + pairs
+            float pairs = 0.0f;
+            for (int k = 0; k < warps; ++k) pairs += pair_parts[k * C + lane];
+            scratch[lane] = w_gate + warp_suffix_sum(single[lane]) + warp_exclusive_scan(link[lane]) + pairs;  // read after the barrier
         }
+        // Gate-masked dP and dM (the gradients of the undecayed products), in place after their gate terms.
         __syncthreads();
         for (int idx = tid; idx < C * C; idx += threads) {
             const int r = idx / C, s = idx % C;

@@ -24,6 +24,7 @@
 #include "cuda/device_views.h"
 #include "cuda/plans.h"
 #include "cuda/tile_ops.cuh"
+#include "cuda/warp_ops.cuh"
 
 namespace gdn::cuda {
 // Internal to the one translation unit that includes this.
@@ -33,6 +34,19 @@ constexpr int kChunk = 32;          // tokens per chunk
 constexpr int kSlice = 32;          // value columns per block
 constexpr int kChunkThreads = 128;  // four warps
 constexpr float kGateFloor = -1.0e4f;
+static_assert(kChunk == 32, "a chunk's tokens map to the lanes of one warp");
+
+// beta and gam (the prefix sums inside the chunk of the clamped gates; padded rows add 0) of
+// the chunk of `len` tokens at t0, into shared memory by warp 0. The caller's next barrier
+// publishes them.
+__device__ inline void load_chunk_gates(const View &g, const View &beta_in, int h, int b, int64_t t0, int len, float *gam,
+                                        float *beta) {
+    if (threadIdx.x >= kChunk) return;
+    const int r = threadIdx.x;
+    beta[r] = r < len ? *beta_in.at(0, h, t0 + r, b) : 0.0f;
+    const float gate = r < len ? *g.at(0, h, t0 + r, b) : 0.0f;
+    gam[r] = warp_inclusive_scan(gate < kGateFloor ? kGateFloor : gate);  // NaN stays NaN
+}
 
 // Carves a block's shared memory into regions that start on 32-byte boundaries (8 floats),
 // for the WMMA tile loads; offsets and the total are in floats.
@@ -109,14 +123,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
             const int r = idx / kSlice, c = idx % kSlice;
             V[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
         }
-        if (tid < kChunk) {
-            beta[tid] = tid < len ? *w.beta.at(0, h, t0 + tid, b) : 0.0f;
-            const float g = tid < len ? *w.g.at(0, h, t0 + tid, b) : 0.0f;
-            gam[tid] = g < kGateFloor ? kGateFloor : g;  // NaN stays NaN
-        }
-        __syncthreads();
-        if (tid == 0)
-            for (int r = 1; r < kChunk; ++r) gam[r] += gam[r - 1];  // prefix sums (padded rows add 0)
+        load_chunk_gates(w.g, w.beta, h, b, t0, len, gam, beta);
         __syncthreads();
         const float gam_last = gam[len - 1];
 

@@ -85,36 +85,80 @@ __device__ void block_gemm(float *c, int ldc, const float *a, int lda, const flo
     __syncthreads();
 }
 
+// One warp, in place: the unit lower inverse of the n x n (n <= 32) block at m, whose strictly
+// lower part holds L and whose diagonal is 1 and upper part 0 already. Row by row,
+// X_i = -(L_i + sum_{k<i} L_ik X_k) restricted to columns < i: n - 1 steps, lane j computing
+// column j.
+__device__ inline void warp_unit_lower_inverse(float *m, int ld, int n) {
+    const int j = threadIdx.x % 32;
+    for (int i = 1; i < n; ++i) {
+        float value = 0.0f;
+        if (j < i) {
+            float sum = m[i * ld + j];
+            for (int k = j + 1; k < i; ++k) sum += m[i * ld + k] * m[k * ld + j];
+            value = -sum;
+        }
+        __syncwarp();  // every lane has read row i of L before any lane overwrites it
+        if (j < i) m[i * ld + j] = value;
+        __syncwarp();
+    }
+}
+
 // In place: the strictly lower part of the n x n matrix at m (row-major, ld) holds L (the
 // diagonal and above are ignored); on return m holds X = (I + L)^-1, unit lower triangular,
-// with its diagonal set to 1 and zeros above. Row by row, X_i = -(L_i + sum_{k<i} L_ik X_k)
-// restricted to columns < i: n - 1 barrier-separated steps, each parallel over the row.
-// F32 throughout (the inverse's accuracy matters more than its speed). Needs blockDim.x >= n;
-// n <= 32 runs in warp 0 alone.
+// with its diagonal set to 1 and zeros above. F32 throughout (the inverse's accuracy matters
+// more than its speed). Needs blockDim.x >= n.
+//
+// n = 32 with two warps or more (the chunk size): by halves, which halves the serial chain.
+// With L = [L11 0; L21 L22], X = [X11 0; X21 X22] where X11, X22 are the halves' inverses
+// (two warps at once, 15 steps each) and X21 = -X22 (L21 X11) (two 16 x 16 products by the
+// whole block). Other n <= 32: one warp, n - 1 steps; larger n: the block, row by row.
 __device__ inline void block_unit_lower_inverse(float *m, int ld, int n) {
-    // Row 0 and the upper part first.
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
         const int i = idx / n, j = idx % n;
         if (j > i) m[i * ld + j] = 0.0f;
         if (j == i) m[i * ld + j] = 1.0f;
     }
     __syncthreads();
-    if (n <= 32) {
-        // One warp: its barriers are cheaper than the block's, and n - 1 rows take 2 (n - 1).
-        if (threadIdx.x < 32) {
-            const int j = threadIdx.x;
-            for (int i = 1; i < n; ++i) {
-                float value = 0.0f;
-                if (j < i) {
-                    float sum = m[i * ld + j];
-                    for (int k = j + 1; k < i; ++k) sum += m[i * ld + k] * m[k * ld + j];
-                    value = -sum;
-                }
-                __syncwarp();  // every lane has read row i of L before any lane overwrites it
-                if (j < i) m[i * ld + j] = value;
-                __syncwarp();
-            }
+    const int warp = threadIdx.x / 32;
+    if (n == 32 && blockDim.x >= 64) {
+        constexpr int h = 16, kPerThread = 4;  // 256 entries of the off-diagonal block, blockDim >= 64
+        if (warp < 2) warp_unit_lower_inverse(m + warp * h * (ld + 1), ld, h);
+        __syncthreads();
+        float *lower = m + h * ld;                  // L21, then L21 X11, then X21
+        const float *x11 = m, *x22 = m + h * (ld + 1);
+        float value[kPerThread];
+        // L21 X11: entry (i, j) sums L21_ik X11_kj over j <= k < 16.
+        for (int e = 0; e < kPerThread; ++e) {
+            const int idx = threadIdx.x + e * blockDim.x, i = idx / h, j = idx % h;
+            value[e] = 0.0f;
+            if (idx < h * h)
+                for (int k = j; k < h; ++k) value[e] += lower[i * ld + k] * x11[k * ld + j];
         }
+        __syncthreads();
+        for (int e = 0; e < kPerThread; ++e) {
+            const int idx = threadIdx.x + e * blockDim.x;
+            if (idx < h * h) lower[(idx / h) * ld + idx % h] = value[e];
+        }
+        __syncthreads();
+        // X21 = -X22 (L21 X11): entry (i, j) sums X22_ik T_kj over k <= i.
+        for (int e = 0; e < kPerThread; ++e) {
+            const int idx = threadIdx.x + e * blockDim.x, i = idx / h, j = idx % h;
+            value[e] = 0.0f;
+            if (idx < h * h)
+                for (int k = 0; k <= i; ++k) value[e] -= x22[i * ld + k] * lower[k * ld + j];
+        }
+        __syncthreads();
+        for (int e = 0; e < kPerThread; ++e) {
+            const int idx = threadIdx.x + e * blockDim.x;
+            if (idx < h * h) lower[(idx / h) * ld + idx % h] = value[e];
+        }
+        __syncthreads();
+        return;
+    }
+    if (n <= 32) {
+        // One warp: its barriers are cheaper than the block's.
+        if (warp == 0) warp_unit_lower_inverse(m, ld, n);
         __syncthreads();
         return;
     }

@@ -1,4 +1,4 @@
-// Warp-level building blocks of the per-token kernels.
+// Warp-level building blocks: sums, prefix and suffix sums over the lanes.
 #pragma once
 
 namespace gdn::cuda {
@@ -9,6 +9,35 @@ namespace gdn::cuda {
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int mask = 16; mask > 0; mask >>= 1) x += __shfl_xor_sync(0xffffffffu, x, mask);
+    return x;
+}
+
+// Prefix sums over the lanes (Hillis-Steele, five shuffles): lane l gets x_0 + ... + x_l.
+__device__ __forceinline__ float warp_inclusive_scan(float x) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const float before = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += before;
+    }
+    return x;
+}
+
+// Lane l gets x_0 + ... + x_{l-1} (0 in lane 0).
+__device__ __forceinline__ float warp_exclusive_scan(float x) {
+    const float inclusive = warp_inclusive_scan(x);
+    const float before = __shfl_up_sync(0xffffffffu, inclusive, 1);
+    return threadIdx.x % 32 == 0 ? 0.0f : before;
+}
+
+// Suffix sums: lane l gets x_l + ... + x_31.
+__device__ __forceinline__ float warp_suffix_sum(float x) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const float after = __shfl_down_sync(0xffffffffu, x, d);
+        if (lane + d < 32) x += after;
+    }
     return x;
 }
 

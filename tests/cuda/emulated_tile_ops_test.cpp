@@ -8,10 +8,11 @@ using namespace gdn_tile_check;
 
 TEST(EmulatedTileOps, GemmAndTriangularInverse) {
     const Inputs in = make_check_inputs();
-    std::vector<float> smem(shared_floats), c(M * N), c2(M * N), c3(M * N), x(n * n);
-    fake_cuda::launch({1, 1, 1}, 128,
-                      [&] { run_checks(smem.data(), in.a.data(), in.b.data(), in.l.data(), c.data(), c2.data(), c3.data(), x.data()); });
-    expect_checks_pass(in, c, c2, c3, x);
+    std::vector<float> smem(shared_floats), c(M * N), c2(M * N), c3(M * N), x(n * n), x_chunk(n_chunk * n_chunk);
+    fake_cuda::launch({1, 1, 1}, 128, [&] {
+        run_checks(smem.data(), in.a.data(), in.b.data(), in.l.data(), c.data(), c2.data(), c3.data(), x.data(), x_chunk.data());
+    });
+    expect_checks_pass(in, c, c2, c3, x, x_chunk);
 }
 
 TEST(EmulatedTileOps, SplittingMatters) {

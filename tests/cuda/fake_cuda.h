@@ -108,6 +108,17 @@ inline float __shfl_sync(unsigned, float value, int source_lane) {
     return other;
 }
 
+// Lanes whose source lies outside the warp get their own value, as on the GPU.
+inline float __shfl_up_sync(unsigned mask, float value, unsigned delta) {
+    const int lane = static_cast<int>(threadIdx.x % 32), source = lane - static_cast<int>(delta);
+    return __shfl_sync(mask, value, source < 0 ? lane : source);
+}
+
+inline float __shfl_down_sync(unsigned mask, float value, unsigned delta) {
+    const int lane = static_cast<int>(threadIdx.x % 32), source = lane + static_cast<int>(delta);
+    return __shfl_sync(mask, value, source > 31 ? lane : source);
+}
+
 // nvcuda::wmma for TF32 tiles (m16n16k8), enough for src/cuda/tile_ops.cuh. Every lane holds a
 // whole tile (the real fragments spread it over the warp in an unspecified layout, so code may
 // only transform elements uniformly, which is what a whole copy per lane reproduces).

@@ -7,9 +7,10 @@ namespace {
 
 using namespace gdn_tile_check;
 
-__global__ void checks_kernel(const float *a, const float *b, const float *l, float *c, float *c2, float *c3, float *x) {
+__global__ void checks_kernel(const float *a, const float *b, const float *l, float *c, float *c2, float *c3, float *x,
+                              float *x_chunk) {
     extern __shared__ __align__(32) float smem[];
-    run_checks(smem, a, b, l, c, c2, c3, x);
+    run_checks(smem, a, b, l, c, c2, c3, x, x_chunk);
 }
 
 template <class T>
@@ -28,19 +29,20 @@ TEST(TileOpsGpu, GemmAndTriangularInverse) {
     }
     const Inputs in = make_check_inputs();
     float *a = to_device(in.a), *b = to_device(in.b), *l = to_device(in.l);
-    std::vector<float> c(M * N), c2(M * N), c3(M * N), x(n * n);
-    float *dc = to_device(c), *dc2 = to_device(c2), *dc3 = to_device(c3), *dx = to_device(x);
+    std::vector<float> c(M * N), c2(M * N), c3(M * N), x(n * n), x_chunk(n_chunk * n_chunk);
+    float *dc = to_device(c), *dc2 = to_device(c2), *dc3 = to_device(c3), *dx = to_device(x), *dx_chunk = to_device(x_chunk);
     const size_t shared = sizeof(float) * shared_floats;
     ASSERT_EQ(cudaFuncSetAttribute(checks_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)), cudaSuccess);
-    checks_kernel<<<1, 128, shared>>>(a, b, l, dc, dc2, dc3, dx);
+    checks_kernel<<<1, 128, shared>>>(a, b, l, dc, dc2, dc3, dx, dx_chunk);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost);
     cudaMemcpy(c2.data(), dc2, c2.size() * sizeof(float), cudaMemcpyDeviceToHost);
     cudaMemcpy(c3.data(), dc3, c3.size() * sizeof(float), cudaMemcpyDeviceToHost);
     cudaMemcpy(x.data(), dx, x.size() * sizeof(float), cudaMemcpyDeviceToHost);
-    expect_checks_pass(in, c, c2, c3, x);
-    for (float *p : {a, b, l, dc, dc2, dc3, dx}) cudaFree(p);
+    cudaMemcpy(x_chunk.data(), dx_chunk, x_chunk.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    expect_checks_pass(in, c, c2, c3, x, x_chunk);
+    for (float *p : {a, b, l, dc, dc2, dc3, dx, dx_chunk}) cudaFree(p);
 }
 
 }  // namespace

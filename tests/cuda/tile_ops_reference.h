@@ -28,9 +28,27 @@ inline Inputs make_check_inputs() {
     return in;
 }
 
+// X (size x size) is the inverse of I + L, L the strictly lower part of the leading size x size
+// block of l (ld_l): (I + L) X = I to F32 accuracy, exact unit diagonal and zeros above.
+inline void expect_inverse(const std::vector<float> &l, int ld_l, const std::vector<float> &x, int size) {
+    double residual = 0;
+    for (int i = 0; i < size; ++i)
+        for (int j = 0; j < size; ++j) {
+            double r = 0;
+            for (int k = 0; k < size; ++k) {
+                const double lik = k < i ? l[i * ld_l + k] : (k == i ? 1.0 : 0.0);
+                r += lik * x[k * size + j];
+            }
+            residual = std::max(residual, std::fabs(r - (i == j ? 1.0 : 0.0)));
+            if (j > i) EXPECT_EQ(x[i * size + j], 0.0f) << size << ": " << i << "," << j;
+            if (j == i) EXPECT_EQ(x[i * size + j], 1.0f) << size << ": " << i;
+        }
+    EXPECT_LT(residual, 1e-5) << "(I + L) X - I at size " << size;
+}
+
 // C = A B to about F32 accuracy (3xTF32: far below TF32's 2^-11), C2 = 2 A B; X (I + L) = I.
 inline void expect_checks_pass(const Inputs &in, const std::vector<float> &c, const std::vector<float> &c2,
-                               const std::vector<float> &c3, const std::vector<float> &x) {
+                               const std::vector<float> &c3, const std::vector<float> &x, const std::vector<float> &x_chunk) {
     double worst = 0, worst2 = 0, worst3 = 0;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
@@ -46,19 +64,8 @@ inline void expect_checks_pass(const Inputs &in, const std::vector<float> &c, co
     EXPECT_LT(worst, 1e-6) << "C = A B (row-major B): relative error";
     EXPECT_LT(worst2, 1e-6) << "C += A B (col-major B): relative error";
     EXPECT_LT(worst3, 1e-6) << "C = A B (col-major A): relative error";
-    double residual = 0;
-    for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j) {
-            double r = 0;
-            for (int k = 0; k < n; ++k) {
-                const double lik = k < i ? in.l[i * n + k] : (k == i ? 1.0 : 0.0);
-                r += lik * x[k * n + j];
-            }
-            residual = std::max(residual, std::fabs(r - (i == j ? 1.0 : 0.0)));
-            if (j > i) EXPECT_EQ(x[i * n + j], 0.0f) << i << "," << j;
-            if (j == i) EXPECT_EQ(x[i * n + j], 1.0f) << i;
-        }
-    EXPECT_LT(residual, 1e-5) << "(I + L) X - I";
+    expect_inverse(in.l, n, x, n);
+    expect_inverse(in.l, n, x_chunk, n_chunk);
 }
 
 }  // namespace gdn_tile_check
