@@ -81,7 +81,8 @@ typedef struct gdn_context gdn_context;
 typedef struct gdn_context_params {
     int   n_threads;   /* cpu: 0 = all cores */
     int   device;      /* cuda: device ordinal */
-    void *stream;      /* cuda: cudaStream_t, NULL = the default stream */
+    void *stream;      /* cuda: cudaStream_t of the context's device, NULL = the default
+                          stream; it must outlive the context (its workspace is freed on it) */
     int   chunk_size;  /* 0 = backend default */
 } gdn_context_params;
 

@@ -10,8 +10,8 @@ bool chunk_backward_takes(const Sizes &n, size_t shared_limit) { return chunk_ba
 ChunkBackwardPlan plan_chunk_backward(const Sizes &n) { return make_chunk_backward_plan(n); }
 
 cudaError_t launch_chunk_backward(const BackwardViews &w, const Sizes &n, const ChunkBackwardPlan &plan, void *workspace,
-                                  cudaStream_t stream) {
-    return run_chunk_backward(StreamLauncher{stream}, w, n, plan, workspace);
+                                  const LaunchTarget &target) {
+    return run_chunk_backward(StreamLauncher{target}, w, n, plan, workspace);
 }
 
 }  // namespace gdn::cuda

@@ -1,10 +1,10 @@
 // The chunked (WY) backward for scalar gates (GDA), ALGORITHM.md section 3, on tensor cores.
 //
 // One block per (unit, slice of 32 value columns) walks the chunks in reverse with the carry
-// dS = dL/dS (Sk x 32) in shared memory; the chunk-start states S0 come from the chunked
-// forward kernel (checkpoints). Per chunk it recomputes, as the forward does,
-//   M_rs = exp(gam_r - gam_s) k_r.k_s (s < r), A = (I + diag(beta) M)^-1,
-//   P_rs = exp(gam_r - gam_s) q_r.k_s (s <= r), R = V - diag(exp(gam)) K S0, Dm = A diag(beta) R,
+// dS = dL/dS (Sk x 32) in shared memory. The chunk factors (chunk_prepare_kernel: M, A, P)
+// and the chunk-start states S0 (the chunked forward's walk, checkpoints) come first, for
+// every chunk. Per chunk it recomputes, as the forward does,
+//   R = V - diag(exp(gam)) K S0, Dm = A diag(beta) R,
 // then, with dOc = scale dO and Kl = diag(exp(gam_L - gam)) K:
 //   dDm = P^T dOc + Kl dS,  Y = A^T dDm,  dV = diag(beta) Y,  dbeta_r = Y_r . (R - M Dm)_r
 //   dP = dOc Dm^T (s <= r),  dM = -diag(beta) Y Dm^T (s < r)
@@ -26,7 +26,9 @@
 
 #include <cstdint>
 
+#include "cuda/chunk_common.cuh"
 #include "cuda/chunk_forward_kernel.cuh"
+#include "cuda/chunk_prepare_kernel.cuh"
 #include "cuda/partial_rows.cuh"
 #include "cuda/plans.h"
 #include "cuda/warp_ops.cuh"
@@ -34,13 +36,16 @@
 namespace gdn::cuda {
 namespace {
 
+static_assert(kSlice == 32, "a slice's columns map to the lanes of one warp");
+
 struct ChunkBackwardLayout {
     int ldk, ldv, ldc;
-    int q, k, dq, dk, t1;                 // C x Sk
-    int s0, ds;                           // Sk x 32
+    int q, k, dq, dk;                     // C x Sk
+    int s0, t1;                           // S0 (Sk x 32), then T1 (C x Sk) in the same memory
+    int ds;                               // Sk x 32
     int r, dm, doc, y, t2, t3;            // C x 32
     int m, a, p, dp, dmm;                 // C x C
-    int gam, beta, single, link, dbeta, scratch;  // vectors of C (scratch: 32 floats)
+    int gam, beta, single, link, dbeta, row_decay, row_link, scratch;  // vectors of C (scratch: 32 floats)
     int pair_parts;                       // per warp, C floats
     int floats;
 };
@@ -50,20 +55,22 @@ __host__ __device__ inline ChunkBackwardLayout chunk_backward_layout(int Sk) {
     L.ldk = Sk + 4, L.ldv = kSlice + 4, L.ldc = kChunk + 4;
     SharedCarver carve;
     L.q = carve.take(kChunk * L.ldk), L.k = carve.take(kChunk * L.ldk), L.dq = carve.take(kChunk * L.ldk), L.dk = carve.take(kChunk * L.ldk);
-    L.t1 = carve.take(kChunk * L.ldk);
-    L.s0 = carve.take(Sk * L.ldv), L.ds = carve.take(Sk * L.ldv);
+    L.s0 = L.t1 = carve.take(Sk * L.ldv > kChunk * L.ldk ? Sk * L.ldv : kChunk * L.ldk);
+    L.ds = carve.take(Sk * L.ldv);
     L.r = carve.take(kChunk * L.ldv), L.dm = carve.take(kChunk * L.ldv), L.doc = carve.take(kChunk * L.ldv), L.y = carve.take(kChunk * L.ldv);
     L.t2 = carve.take(kChunk * L.ldv), L.t3 = carve.take(kChunk * L.ldv);
     L.m = carve.take(kChunk * L.ldc), L.a = carve.take(kChunk * L.ldc), L.p = carve.take(kChunk * L.ldc), L.dp = carve.take(kChunk * L.ldc);
     L.dmm = carve.take(kChunk * L.ldc);
     L.gam = carve.take(kChunk), L.beta = carve.take(kChunk), L.single = carve.take(kChunk), L.link = carve.take(kChunk), L.dbeta = carve.take(kChunk);
+    L.row_decay = carve.take(kChunk), L.row_link = carve.take(kChunk);
     L.scratch = carve.take(32);
-    L.pair_parts = carve.take(kChunkThreads / 32 * kChunk);
+    L.pair_parts = carve.take(kChunkBackwardThreads / 32 * kChunk);
     L.floats = carve.at;
     return L;
 }
 
 struct ChunkBackwardWork {
+    ChunkFactors factors;      // M, A, P of every chunk
     const float *checkpoints;  // [unit][chunk][Sv][Sk]: the state before each chunk
     float *carry;              // [unit][Sv][Sk]: dS before a window's first chunk, for the next launch
     PartialRows rows;          // dq | dk | dg | dbeta per token of the window
@@ -82,7 +89,7 @@ __device__ inline float block_sum(float x, float *scratch) {
     return total;
 }
 
-__global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardViews w, Sizes n, ChunkBackwardWork ws) {
+__global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(BackwardViews w, Sizes n, ChunkBackwardWork ws) {
     namespace tile = gdn::cuda::tile;
     using tile::col_major;
     using tile::row_major;
@@ -94,6 +101,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
     float *M = shared + L.m, *A = shared + L.a, *P = shared + L.p, *dP = shared + L.dp, *dM = shared + L.dmm;
     float *gam = shared + L.gam, *beta = shared + L.beta, *single = shared + L.single, *link = shared + L.link;
     float *dbeta = shared + L.dbeta, *scratch = shared + L.scratch, *pair_parts = shared + L.pair_parts;
+    float *row_decay = shared + L.row_decay, *row_link = shared + L.row_link;
     const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x, lane = tid % 32, warp = tid / 32, warps = threads / 32;
     const int slice = blockIdx.x, j0 = slice * kSlice, h = blockIdx.y, b = blockIdx.z;
     const int kh = n.key_head(h), bq = n.qk_sequence(b);
@@ -114,12 +122,9 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
         const int64_t t0 = chunk * C;
         const int len = n.T - t0 < C ? static_cast<int>(n.T - t0) : C;
         __syncthreads();  // the previous chunk is done with every buffer
-        // Load the chunk (rows past len are zero) and its start state.
-        for (int idx = tid; idx < C * Sk; idx += threads) {
-            const int r = idx / Sk, i = idx % Sk;
-            Q[r * L.ldk + i] = r < len ? *w.q.at(i, kh, t0 + r, bq) : 0.0f;
-            K[r * L.ldk + i] = r < len ? *w.k.at(i, kh, t0 + r, bq) : 0.0f;
-        }
+        // Load the chunk (rows past len are zero), its start state and its factors.
+        load_chunk_rows(w.q, Sk, kh, bq, t0, len, Q, L.ldk);
+        load_chunk_rows(w.k, Sk, kh, bq, t0, len, K, L.ldk);
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
             R[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
@@ -130,36 +135,33 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
             const int c = idx / Sk, i = idx % Sk;
             S0[i * L.ldv + c] = ckpt[static_cast<int64_t>(j0 + c) * Sk + i];
         }
+        load_factor(ws.factors.at(unit, chunk, kFactorM), M, L.ldc);
+        load_factor(ws.factors.at(unit, chunk, kFactorA), A, L.ldc);
+        load_factor(ws.factors.at(unit, chunk, kFactorP), P, L.ldc);
         load_chunk_gates(w.g, w.beta, h, b, t0, len, gam, beta);
         __syncthreads();
         const float gam_last = gam[len - 1];
-
-        // Recompute M, A, P, R, Dm.
-        tile::block_gemm<row_major, col_major>(M, L.ldc, K, L.ldk, K, L.ldk, C, C, Sk, false);  // K K^T
-        tile::block_gemm<row_major, col_major>(P, L.ldc, Q, L.ldk, K, L.ldk, C, C, Sk, false);  // Q K^T
-        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, S0, L.ldv, C, kSlice, Sk, false);  // K S0
-        for (int idx = tid; idx < C * C; idx += threads) {
-            const int r = idx / C, s = idx % C;
-            const float decay = s <= r ? expf(gam[r] - gam[s]) : 0.0f;
-            M[r * L.ldc + s] = s < r ? decay * M[r * L.ldc + s] : 0.0f;
-            A[r * L.ldc + s] = s < r ? beta[r] * M[r * L.ldc + s] : 0.0f;  // L (same thread computed M above)
-            P[r * L.ldc + s] = s <= r ? decay * P[r * L.ldc + s] : 0.0f;
+        if (tid < C) {
+            row_decay[tid] = expf(gam[tid]);            // exp(gam_r)
+            row_link[tid] = expf(gam_last - gam[tid]);  // exp(gam_L - gam_r)
         }
+
+        // R = V - Kg S0, Dm = A beta R.
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, S0, L.ldv, C, kSlice, Sk, false);  // K S0 (orders row_decay)
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            R[r * L.ldv + c] -= expf(gam[r]) * T2[r * L.ldv + c];  // R = V - Kg S0
+            R[r * L.ldv + c] -= row_decay[r] * T2[r * L.ldv + c];
             T3[r * L.ldv + c] = beta[r] * R[r * L.ldv + c];
         }
         __syncthreads();
-        tile::block_unit_lower_inverse(A, L.ldc, C);
-        tile::block_gemm<row_major, row_major>(Dm, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);  // Dm = A beta R
+        tile::block_gemm<row_major, row_major>(Dm, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);
 
         // dDm = P^T dOc + Kl dS; Y = A^T dDm.
         tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, dS, L.ldv, C, kSlice, Sk, false);  // K dS
         tile::block_gemm<col_major, row_major>(T3, L.ldv, P, L.ldc, dOc, L.ldv, C, kSlice, C, false);  // P^T dOc
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            T3[r * L.ldv + c] += expf(gam_last - gam[r]) * T2[r * L.ldv + c];
+            T3[r * L.ldv + c] += row_link[r] * T2[r * L.ldv + c];
         }
         __syncthreads();
         tile::block_gemm<col_major, row_major>(Y, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);  // Y = A^T dDm
@@ -171,10 +173,10 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
                 const int r = idx / kSlice, c = idx % kSlice;
                 *w.dv.at(j0 + c, h, t0 + r, b) = beta[r] * Y[r * L.ldv + c];
             }
-        if (tid < C) {
-            float sum = 0.0f;
-            for (int c = 0; c < kSlice; ++c) sum += Y[tid * L.ldv + c] * (R[tid * L.ldv + c] - T2[tid * L.ldv + c]);
-            dbeta[tid] = sum;
+        for (int r = warp; r < C; r += warps) {  // a warp per row, a lane per column
+            const float product = Y[r * L.ldv + lane] * (R[r * L.ldv + lane] - T2[r * L.ldv + lane]);
+            const float sum = warp_sum(product);
+            if (lane == 0) dbeta[r] = sum;
         }
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
@@ -184,9 +186,16 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
         tile::block_gemm<row_major, col_major>(dP, L.ldc, dOc, L.ldv, Dm, L.ldv, C, C, kSlice, false);  // dOc Dm^T
         tile::block_gemm<row_major, col_major>(dM, L.ldc, T3, L.ldv, Dm, L.ldv, C, C, kSlice, false);   // -beta Y Dm^T
 
-        // dQg = dOc S0^T, dKg = -beta Y S0^T, dKl = Dm dS^T, and their gate terms.
+        // dQg = dOc S0^T, dKg = -beta Y S0^T; then S0's last use, w = exp(gam_L) sum(dS o S0),
+        // before dKl = Dm dS^T overwrites it (T1 shares S0's memory).
         tile::block_gemm<row_major, col_major>(dQ, L.ldk, dOc, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
         tile::block_gemm<row_major, col_major>(dK, L.ldk, T3, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
+        float w_part = 0.0f;
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int i = idx / kSlice, c = idx % kSlice;
+            w_part += dS[i * L.ldv + c] * S0[i * L.ldv + c];
+        }
+        const float w_gate = expf(gam_last) * block_sum(w_part, scratch);  // its barriers end the reads of S0
         tile::block_gemm<row_major, col_major>(T1, L.ldk, Dm, L.ldv, dS, L.ldv, C, Sk, kSlice, false);
         // The gate terms of single tokens and of their links to the chunk's end: a warp per row
         // in turn, its lanes over the key channels.
@@ -199,8 +208,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
             }
             sq = warp_sum(sq), sk = warp_sum(sk), sl = warp_sum(sl);
             if (lane == 0) {
-                single[r] = expf(gam[r]) * (sq + sk);
-                link[r] = expf(gam_last - gam[r]) * sl;
+                single[r] = row_decay[r] * (sq + sk);
+                link[r] = row_link[r] * sl;
             }
         }
         // The pairs s < t <= r: along each row, Z_rt = sum_{s<t} X_rs (a warp scan, lane t),
@@ -215,16 +224,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
             }
             pair_parts[warp * C + lane] = rows_sum;
         }
-        float w_part = 0.0f;  // exp(gam_L) sum(dS o S0), before the carry changes
-        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
-            const int i = idx / kSlice, c = idx % kSlice;
-            w_part += dS[i * L.ldv + c] * S0[i * L.ldv + c];
-        }
-        const float w_gate = expf(gam_last) * block_sum(w_part, scratch);  // (its barriers order the dots above too)
+        __syncthreads();
         for (int idx = tid; idx < C * Sk; idx += threads) {
             const int r = idx / Sk, i = idx % Sk;
-            dQ[r * L.ldk + i] *= expf(gam[r]);
-            dK[r * L.ldk + i] = expf(gam[r]) * dK[r * L.ldk + i] + expf(gam_last - gam[r]) * T1[r * L.ldk + i];
+            dQ[r * L.ldk + i] *= row_decay[r];
+            dK[r * L.ldk + i] = row_decay[r] * dK[r * L.ldk + i] + row_link[r] * T1[r * L.ldk + i];
         }
         if (warp == 0) {  // dg_t for t = lane: w + suffix of single + prefix of link + pairs
             float pairs = 0.0f;
@@ -256,8 +260,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_backward_kernel(BackwardV
         // The carry: dS = exp(gam_L) dS + Q^T diag(exp(gam)) dOc - K^T diag(exp(gam) beta) Y.
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            T2[r * L.ldv + c] = expf(gam[r]) * dOc[r * L.ldv + c];
-            T3[r * L.ldv + c] = -expf(gam[r]) * beta[r] * Y[r * L.ldv + c];
+            T2[r * L.ldv + c] = row_decay[r] * dOc[r * L.ldv + c];
+            T3[r * L.ldv + c] = -row_decay[r] * beta[r] * Y[r * L.ldv + c];
         }
         const float decay_last = expf(gam_last);
         for (int idx = tid; idx < Sk * kSlice; idx += threads) dS[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
@@ -298,15 +302,17 @@ inline ChunkBackwardPlan make_chunk_backward_plan(const Sizes &n, size_t partial
     plan.window_chunks = window_tokens(n.T, kChunk, row_bytes, partial_budget) / kChunk;
     plan.windows = (plan.chunks + plan.window_chunks - 1) / plan.window_chunks;
     const double checkpoints = 4.0 * units * static_cast<double>(plan.chunks) * area;
+    const double factors = chunk_factor_bytes(n, 3);
     const double carry = plan.windows > 1 ? 4.0 * units * area : 0.0;
     const double partials = row_bytes * static_cast<double>(plan.window_chunks * kChunk);
-    if (checkpoints + carry + partials > 0x1p62) {
+    if (checkpoints + factors + carry + partials > 0x1p62) {
         plan.bytes = SIZE_MAX;
         return plan;
     }
     const auto aligned = [](double bytes) { return (static_cast<size_t>(bytes) + 255) / 256 * 256; };
     plan.checkpoints_offset = 0;
-    plan.carry_offset = aligned(checkpoints);
+    plan.factors_offset = aligned(checkpoints);
+    plan.carry_offset = plan.factors_offset + aligned(factors);
     plan.partials_offset = plan.carry_offset + aligned(carry);
     plan.bytes = plan.partials_offset + aligned(partials);
     return plan;
@@ -322,14 +328,18 @@ inline ForwardViews chunk_checkpoint_views(const BackwardViews &w, float *checkp
     return f;
 }
 
-// Enqueues the chunked backward: the chunked forward writing the chunk-start states, then per
-// window of chunks (last first) the chunk kernel and the reductions of its rows.
+// Enqueues the chunked backward: the factors of every chunk, the forward's walk writing the
+// chunk-start states, then per window of chunks (last first) the chunk kernel and the
+// reductions of its rows.
 template <class Launch>
 cudaError_t run_chunk_backward(const Launch &launch, const BackwardViews &w, const Sizes &n, const ChunkBackwardPlan &plan,
                                void *workspace) {
     char *base = static_cast<char *>(workspace);
     float *checkpoints = reinterpret_cast<float *>(base + plan.checkpoints_offset);
     ChunkBackwardWork work{};
+    work.factors.data = reinterpret_cast<float *>(base + plan.factors_offset);
+    work.factors.chunks = plan.chunks;
+    work.factors.count = 3;
     work.checkpoints = checkpoints;
     work.carry = reinterpret_cast<float *>(base + plan.carry_offset);
     work.rows.data = reinterpret_cast<float *>(base + plan.partials_offset);
@@ -337,9 +347,10 @@ cudaError_t run_chunk_backward(const Launch &launch, const BackwardViews &w, con
     work.rows.slices = plan.slices;
     work.rows.capacity = plan.window_chunks * kChunk;
     work.chunks = plan.chunks;
-    cudaError_t e = run_chunk_forward(launch, chunk_checkpoint_views(w, checkpoints, plan.chunks), n);
-    if (e != cudaSuccess) return e;
-    const LaunchShape shape{plan.slices, n.Hv, n.B, kChunkThreads, plan.shared_bytes};
+    const ForwardViews states = chunk_checkpoint_views(w, checkpoints, plan.chunks);
+    cudaError_t e = run_chunk_prepare(launch, states, n, work.factors);
+    if (e != cudaSuccess || (e = run_chunk_walk(launch, states, n, work.factors)) != cudaSuccess) return e;
+    const LaunchShape shape{plan.slices, n.Hv, n.B, kChunkBackwardThreads, plan.shared_bytes};
     for (int64_t window = plan.windows - 1; window >= 0; --window) {
         work.chunk_begin = window * plan.window_chunks;
         work.chunk_end = std::min(work.chunk_begin + plan.window_chunks, plan.chunks);

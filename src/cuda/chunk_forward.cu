@@ -7,8 +7,10 @@ namespace gdn::cuda {
 
 bool chunk_forward_takes(const Sizes &n, size_t shared_limit) { return chunk_forward_eligible(n, shared_limit); }
 
-cudaError_t launch_chunk_forward(const ForwardViews &w, const Sizes &n, cudaStream_t stream) {
-    return run_chunk_forward(StreamLauncher{stream}, w, n);
+size_t chunk_forward_workspace(const Sizes &n) { return chunk_forward_workspace_bytes(n); }
+
+cudaError_t launch_chunk_forward(const ForwardViews &w, const Sizes &n, void *workspace, const LaunchTarget &target) {
+    return run_chunk_forward(StreamLauncher{target}, w, n, workspace);
 }
 
 }  // namespace gdn::cuda

@@ -1,13 +1,12 @@
 // The chunked (WY) forward for scalar gates (GDA), ALGORITHM.md section 2, on tensor cores.
 //
-// One block per (unit, slice of 32 value columns) walks the chunks of 32 tokens in order,
-// the state slice S (Sk x 32) in shared memory. Per chunk, with gam the prefix sums of g
-// inside the chunk (restarted at each chunk) and beta, Q, K, V its rows:
-//   Gk = K K^T, Gq = Q K^T                                    (3xTF32 WMMA, block_gemm)
-//   L_rs = beta_r exp(gam_r - gam_s) Gk_rs (s < r), A = (I + L)^-1   (F32, row by row)
-//   P_rs = exp(gam_r - gam_s) Gq_rs (s <= r)
+// First chunk_prepare_kernel computes, for every chunk at once, the factors that do not depend
+// on the state (chunk_common.cuh): A = (I + diag(beta) M)^-1 and P. Then one block per (unit,
+// slice of 32 value columns) walks the chunks of 32 tokens in order, the state slice S
+// (Sk x 32) in shared memory. Per chunk, with gam the prefix sums of g inside the chunk
+// (restarted at each chunk) and beta, Q, K, V its rows:
 //   Dm = A diag(beta) (V - diag(exp(gam)) K S)                 (the deltas; = U - W S)
-//   O = scale (diag(exp(gam)) Q S + P Dm)
+//   O = scale (diag(exp(gam)) Q S + P Dm)                      (when out is wanted)
 //   S <- exp(gam_L) S + (diag(exp(gam_L - gam)) K)^T Dm
 // Every exponent is a difference gam_r - gam_s with s <= r, gam_r, or gam_L - gam_r: <= 0 for
 // g <= 0. Gates are clamped at -1e4 (exp is 0 in F32 far above that) so that differences of
@@ -17,53 +16,23 @@
 // Taken when (chunk_forward_eligible): GDA, K <= 1 snapshot, Sk a multiple of 16 up to 128,
 // Sv a multiple of 32, and the shared memory fits; the per-token kernel serves the rest.
 //
-// Device code plus its launch shape, included by chunk_forward.cu (nvcc) and by the host
+// Device code plus its launch sequence, included by chunk_forward.cu (nvcc) and by the host
 // emulation test, which runs it on CPU threads.
 #pragma once
 
-#include "cuda/device_views.h"
-#include "cuda/plans.h"
+#include "cuda/chunk_common.cuh"
+#include "cuda/chunk_prepare_kernel.cuh"
 #include "cuda/tile_ops.cuh"
-#include "cuda/warp_ops.cuh"
 
 namespace gdn::cuda {
 // Internal to the one translation unit that includes this.
 namespace {
 
-constexpr int kChunk = 32;          // tokens per chunk
-constexpr int kSlice = 32;          // value columns per block
-constexpr int kChunkThreads = 128;  // four warps
-constexpr float kGateFloor = -1.0e4f;
-static_assert(kChunk == 32, "a chunk's tokens map to the lanes of one warp");
-
-// beta and gam (the prefix sums inside the chunk of the clamped gates; padded rows add 0) of
-// the chunk of `len` tokens at t0, into shared memory by warp 0. The caller's next barrier
-// publishes them.
-__device__ inline void load_chunk_gates(const View &g, const View &beta_in, int h, int b, int64_t t0, int len, float *gam,
-                                        float *beta) {
-    if (threadIdx.x >= kChunk) return;
-    const int r = threadIdx.x;
-    beta[r] = r < len ? *beta_in.at(0, h, t0 + r, b) : 0.0f;
-    const float gate = r < len ? *g.at(0, h, t0 + r, b) : 0.0f;
-    gam[r] = warp_inclusive_scan(gate < kGateFloor ? kGateFloor : gate);  // NaN stays NaN
-}
-
-// Carves a block's shared memory into regions that start on 32-byte boundaries (8 floats),
-// for the WMMA tile loads; offsets and the total are in floats.
-struct SharedCarver {
-    int at = 0;
-    __host__ __device__ int take(int count) {
-        const int region = at;
-        at += (count + 7) / 8 * 8;
-        return region;
-    }
-};
-
 // Shared-memory regions (float offsets, each 32-byte aligned) for key head size Sk.
 struct ChunkLayout {
     int ldk, ldv, ldc;                       // leading dimensions: rows of Sk, of 32 columns, of 32 tokens
     int q, k, s, v, u, gk, gq, o;            // matrices
-    int gam, beta;                           // per-token vectors
+    int gam, beta, row_decay;                // per-token vectors
     int floats;
 };
 
@@ -76,16 +45,17 @@ __host__ __device__ inline ChunkLayout chunk_layout(int Sk) {
     L.s = carve.take(Sk * L.ldv);       // the state slice, S[i][c] at s + i ldv + c
     L.v = carve.take(kChunk * L.ldv);   // V, then diag(beta) (V - diag(exp(gam)) K S)
     L.u = carve.take(kChunk * L.ldv);   // K S, then Dm
-    L.gk = carve.take(kChunk * L.ldc);  // K K^T, then L, then A
-    L.gq = carve.take(kChunk * L.ldc);  // Q K^T, then P
+    L.gk = carve.take(kChunk * L.ldc);  // A
+    L.gq = carve.take(kChunk * L.ldc);  // P
     L.o = carve.take(kChunk * L.ldv);   // the output rows
     L.gam = carve.take(kChunk);
     L.beta = carve.take(kChunk);
+    L.row_decay = carve.take(kChunk);
     L.floats = carve.at;
     return L;
 }
 
-__global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardViews w, Sizes n) {
+__global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardViews w, Sizes n, ChunkFactors f) {
     namespace tile = gdn::cuda::tile;
     using tile::col_major;
     using tile::row_major;
@@ -93,10 +63,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
     const ChunkLayout L = chunk_layout(n.Sk);
     float *Q = shared + L.q, *K = shared + L.k, *S = shared + L.s;
     float *V = shared + L.v, *U = shared + L.u, *Gk = shared + L.gk, *Gq = shared + L.gq, *O = shared + L.o;
-    float *gam = shared + L.gam, *beta = shared + L.beta;
+    float *gam = shared + L.gam, *beta = shared + L.beta, *row_decay = shared + L.row_decay;
     const int Sk = n.Sk, tid = threadIdx.x, threads = blockDim.x;
     const int j0 = blockIdx.x * kSlice, h = blockIdx.y, b = blockIdx.z;
     const int kh = n.key_head(h), bq = n.qk_sequence(b);
+    const int64_t unit = static_cast<int64_t>(b) * n.Hv + h;
 
     for (int idx = tid; idx < Sk * kSlice; idx += threads) {
         const int i = idx / kSlice, c = idx % kSlice;
@@ -113,53 +84,47 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
                 dst[static_cast<int64_t>(j0 + c) * Sk + i] = S[i * L.ldv + c];
             }
         }
-        // Load the chunk (rows past len are zero).
-        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
-            const int r = idx / Sk, i = idx % Sk;
-            Q[r * L.ldk + i] = r < len ? *w.q.at(i, kh, t0 + r, bq) : 0.0f;
-            K[r * L.ldk + i] = r < len ? *w.k.at(i, kh, t0 + r, bq) : 0.0f;
-        }
+        // Load the chunk (rows past len are zero) and its factors.
+        const int64_t chunk = t0 / kChunk;
+        if (w.out.present()) load_chunk_rows(w.q, Sk, kh, bq, t0, len, Q, L.ldk);
+        load_chunk_rows(w.k, Sk, kh, bq, t0, len, K, L.ldk);
         for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
             V[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
         }
+        load_factor(f.at(unit, chunk, kFactorA), Gk, L.ldc);
+        if (w.out.present()) load_factor(f.at(unit, chunk, kFactorP), Gq, L.ldc);
         load_chunk_gates(w.g, w.beta, h, b, t0, len, gam, beta);
         __syncthreads();
         const float gam_last = gam[len - 1];
+        if (tid < kChunk) row_decay[tid] = expf(gam[tid]);
 
-        tile::block_gemm<row_major, col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, Sk, false);  // K K^T
-        tile::block_gemm<row_major, col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, Sk, false);  // Q K^T
-        tile::block_gemm<row_major, row_major>(U, L.ldv, K, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);     // K S
-        for (int idx = tid; idx < kChunk * kChunk; idx += threads) {
-            const int r = idx / kChunk, s = idx % kChunk;
-            const float decay = s <= r ? expf(gam[r] - gam[s]) : 0.0f;
-            Gk[r * L.ldc + s] = s < r ? beta[r] * decay * Gk[r * L.ldc + s] : 0.0f;  // L
-            Gq[r * L.ldc + s] = s <= r ? decay * Gq[r * L.ldc + s] : 0.0f;           // P
-        }
+        tile::block_gemm<row_major, row_major>(U, L.ldv, K, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);  // K S
         for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            V[r * L.ldv + c] = beta[r] * (V[r * L.ldv + c] - expf(gam[r]) * U[r * L.ldv + c]);  // beta R
+            V[r * L.ldv + c] = beta[r] * (V[r * L.ldv + c] - row_decay[r] * U[r * L.ldv + c]);  // beta R
         }
         __syncthreads();
-        tile::block_unit_lower_inverse(Gk, L.ldc, kChunk);  // A = (I + L)^-1
         tile::block_gemm<row_major, row_major>(U, L.ldv, Gk, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // Dm = A beta R
 
-        for (int idx = tid; idx < kChunk * Sk; idx += threads) {
-            const int r = idx / Sk, i = idx % Sk;
-            Q[r * L.ldk + i] *= expf(gam[r]);
-        }
-        __syncthreads();
-        tile::block_gemm<row_major, row_major>(O, L.ldv, Q, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);        // Qg S
-        tile::block_gemm<row_major, row_major>(O, L.ldv, Gq, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true);    // + P Dm
-
-        if (w.out.present())
+        if (w.out.present()) {
+            for (int idx = tid; idx < kChunk * Sk; idx += threads) {
+                const int r = idx / Sk, i = idx % Sk;
+                Q[r * L.ldk + i] *= row_decay[r];
+            }
+            __syncthreads();
+            tile::block_gemm<row_major, row_major>(O, L.ldv, Q, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);      // Qg S
+            tile::block_gemm<row_major, row_major>(O, L.ldv, Gq, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true);  // + P Dm
             for (int idx = tid; idx < len * kSlice; idx += threads) {
                 const int r = idx / kSlice, c = idx % kSlice;
-                if (j0 + c < n.Sv) *w.out.at(j0 + c, h, t0 + r, b) = n.scale * O[r * L.ldv + c];
+                *w.out.at(j0 + c, h, t0 + r, b) = n.scale * O[r * L.ldv + c];
             }
+        }
+        if (tid < kChunk) row_decay[tid] = expf(gam_last - gam[tid]);
+        __syncthreads();
         for (int idx = tid; idx < kChunk * Sk; idx += threads) {
             const int r = idx / Sk, i = idx % Sk;
-            K[r * L.ldk + i] *= expf(gam_last - gam[r]);  // Kl
+            K[r * L.ldk + i] *= row_decay[r];  // Kl
         }
         const float decay_last = expf(gam_last);
         for (int idx = tid; idx < Sk * kSlice; idx += threads) S[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
@@ -176,18 +141,37 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
 
 // Whether the chunked forward takes a call, given the device's shared-memory limit per block.
 inline bool chunk_forward_eligible(const Sizes &n, size_t shared_limit) {
-    return n.gate_width == 1 && n.K <= 1 && n.Sk % 16 == 0 && n.Sk <= 128 && n.Sv % kSlice == 0 &&
-           sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats) <= shared_limit;
+    return chunk_shape_eligible(n) && (n.T + kChunk - 1) / kChunk <= INT32_MAX &&
+           sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats) <= shared_limit &&
+           sizeof(float) * static_cast<size_t>(chunk_prepare_layout(n.Sk).floats) <= shared_limit;
 }
 
 inline LaunchShape chunk_forward_shape(const Sizes &n) {
     return {n.Sv / kSlice, n.Hv, n.B, kChunkThreads, sizeof(float) * static_cast<size_t>(chunk_layout(n.Sk).floats)};
 }
 
-// Enqueues the chunked forward (launch: a StreamLauncher, or the emulation's launcher).
+// The forward's workspace: the factors A, P of every chunk and unit.
+inline size_t chunk_forward_workspace_bytes(const Sizes &n) {
+    const double bytes = chunk_factor_bytes(n, 2);
+    return bytes > 0x1p62 ? SIZE_MAX : static_cast<size_t>(bytes);
+}
+
+// The walk over the chunks, given the factors (which hold at least A and P).
 template <class Launch>
-cudaError_t run_chunk_forward(const Launch &launch, const ForwardViews &w, const Sizes &n) {
-    return launch(chunk_forward_kernel, chunk_forward_shape(n), w, n);
+cudaError_t run_chunk_walk(const Launch &launch, const ForwardViews &w, const Sizes &n, const ChunkFactors &f) {
+    return launch(chunk_forward_kernel, chunk_forward_shape(n), w, n, f);
+}
+
+// Enqueues the chunked forward: the factors into `workspace` (chunk_forward_workspace_bytes),
+// then the walk (launch: a StreamLauncher, or the emulation's launcher).
+template <class Launch>
+cudaError_t run_chunk_forward(const Launch &launch, const ForwardViews &w, const Sizes &n, void *workspace) {
+    ChunkFactors f;
+    f.data = static_cast<float *>(workspace);
+    f.chunks = (n.T + kChunk - 1) / kChunk;
+    f.count = 2;
+    const cudaError_t e = run_chunk_prepare(launch, w, n, f);
+    return e != cudaSuccess ? e : run_chunk_walk(launch, w, n, f);
 }
 
 }  // namespace

@@ -111,8 +111,7 @@ class CudaBackend final : public Backend {
 public:
     CudaBackend(int device, cudaStream_t stream, bool stream_ordered, size_t shared_limit, int chunk_size)
         : device_(device),
-          stream_(stream),
-          shared_limit_(shared_limit),
+          target_{stream, shared_limit},
           chunk_size_(chunk_size),
           workspace_(std::make_unique<cuda::DeviceWorkspace>(stream, stream_ordered)) {}
 
@@ -148,11 +147,14 @@ public:
         GDN_TRY(view_of("out", a.out, device_, w.out));
         GDN_TRY(view_of("states", a.states, device_, w.states));
         const cuda::Sizes n = sizes_of(a.dims);
-        if (use_chunked(n) && cuda::chunk_forward_takes(n, shared_limit_)) {
-            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, stream_), "launching the chunked forward");
-        } else {
-            GDN_CUDA_TRY(cuda::launch_token_forward(w, n, stream_), "launching the per-token forward");
+        if (use_chunked(n) && cuda::chunk_forward_takes(n, target_.shared_limit)) {
+            const size_t bytes = cuda::chunk_forward_workspace(n);
+            GDN_TRY(workspace_->reserve(bytes));  // before anything is written
+            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, workspace_->data(), target_), "launching the chunked forward");
+            last_workspace_ = bytes;
+            return {};
         }
+        GDN_CUDA_TRY(cuda::launch_token_forward(w, n, target_), "launching the per-token forward");
         last_workspace_ = 0;
         return {};
     }
@@ -171,16 +173,16 @@ public:
         GDN_TRY(view_of("grads.beta", a.dbeta, device_, w.dbeta));
         GDN_TRY(view_of("grads.state", a.ds0, device_, w.ds0));
         const cuda::Sizes n = sizes_of(a.dims);
-        if (use_chunked(n) && cuda::chunk_backward_takes(n, shared_limit_)) {
+        if (use_chunked(n) && cuda::chunk_backward_takes(n, target_.shared_limit)) {
             const cuda::ChunkBackwardPlan plan = cuda::plan_chunk_backward(n);
             GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
-            GDN_CUDA_TRY(cuda::launch_chunk_backward(w, n, plan, workspace_->data(), stream_), "launching the chunked backward");
+            GDN_CUDA_TRY(cuda::launch_chunk_backward(w, n, plan, workspace_->data(), target_), "launching the chunked backward");
             last_workspace_ = plan.bytes;
             return {};
         }
-        const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n, shared_limit_);
+        const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n, target_.shared_limit);
         GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
-        GDN_CUDA_TRY(cuda::launch_token_backward(w, n, plan, workspace_->data(), stream_), "launching the per-token backward");
+        GDN_CUDA_TRY(cuda::launch_token_backward(w, n, plan, workspace_->data(), target_), "launching the per-token backward");
         last_workspace_ = plan.bytes;
         return {};
     }
@@ -196,9 +198,8 @@ private:
     bool use_chunked(const cuda::Sizes &n) const { return chunk_size_ != 1 && n.T >= kChunkedFromTokens; }
 
     int device_;
-    cudaStream_t stream_;
-    size_t shared_limit_;  // the most dynamic shared memory a block may opt in to on this device
-    int chunk_size_;       // gdn_context_params.chunk_size: 1 = per-token kernels only
+    cuda::LaunchTarget target_;  // the caller's stream; the most dynamic shared memory a block may opt in to
+    int chunk_size_;             // gdn_context_params.chunk_size: 1 = per-token kernels only
     std::unique_ptr<cuda::DeviceWorkspace> workspace_;
     uint64_t last_workspace_ = 0;  // bytes the last successful call needed
 };
@@ -215,6 +216,15 @@ Status make_cuda_backend(const gdn_context_params &params, std::unique_ptr<Backe
     if (count == 0) return fail(GDN_ERROR_BACKEND, "cuda: no CUDA device found");
     if (params.device >= count)
         return fail(GDN_ERROR_BACKEND, "cuda: device %d does not exist (this machine has %d CUDA device(s))", params.device, count);
+    int major = 0, minor = 0;
+    GDN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, params.device), "cudaDeviceGetAttribute");
+    GDN_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, params.device), "cudaDeviceGetAttribute");
+    if (major < 8) {
+        cudaDeviceProp prop{};
+        const bool named = cudaGetDeviceProperties(&prop, params.device) == cudaSuccess;
+        return fail(GDN_ERROR_BACKEND, "cuda: device %d (%s) has compute capability %d.%d; the cuda backend needs 8.0 or newer (Ampere on)",
+                    params.device, named ? prop.name : "unnamed", major, minor);
+    }
     int pools = 0;
     GDN_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, params.device), "cudaDeviceGetAttribute");
     int shared_limit = 0;

@@ -36,8 +36,9 @@ struct TokenBackwardPlan {
 };
 
 // The chunked backward's workspace: the state before each chunk of 32 tokens (written by the
-// chunked forward kernel), the per-slice partial gradient rows of one window of chunks (the
-// per-token backward's layout, finished by the same reductions), and the carry between windows.
+// chunked forward's walk), the chunk factors M, A, P, the per-slice partial gradient rows of
+// one window of chunks (the per-token backward's layout, finished by the same reductions), and
+// the carry between windows.
 struct ChunkBackwardPlan {
     int64_t chunks = 1;         // ceil(T / 32)
     int slices = 1;             // Sv / 32
@@ -45,7 +46,8 @@ struct ChunkBackwardPlan {
     int64_t window_chunks = 1;  // chunks per window (the last window may be shorter)
     int64_t windows = 1;        // launches of the chunk kernel, last window first
     size_t shared_bytes = 0;    // dynamic shared memory of the chunk kernel
-    size_t checkpoints_offset = 0, carry_offset = 0, partials_offset = 0, bytes = 0;  // bytes = SIZE_MAX: too large
+    size_t checkpoints_offset = 0, factors_offset = 0, carry_offset = 0, partials_offset = 0;
+    size_t bytes = 0;  // SIZE_MAX: too large
 };
 
 }  // namespace gdn::cuda

@@ -5,22 +5,31 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/kernels.h"
 #include "cuda/plans.h"
 
 namespace gdn::cuda {
 
 struct StreamLauncher {
-    cudaStream_t stream;
+    LaunchTarget target;
 
     template <class... Params, class... Args>
     cudaError_t operator()(void (*kernel)(Params...), const LaunchShape &shape, const Args &...args) const {
-        if (shape.shared_bytes > 48 * 1024) {  // above the default, a kernel must opt in
-            const cudaError_t e =
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.shared_bytes));
+        if (shape.shared_bytes > 48 * 1024) {
+            // Above the default a kernel must opt in. The opt-in is a property of the function
+            // on this device, shared by every thread and context: always the device's limit,
+            // so that concurrent calls never shrink it under each other's launches.
+            const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(target.shared_limit));
             if (e != cudaSuccess) return e;
         }
-        kernel<<<dim3(shape.x, shape.y, shape.z), shape.threads, shape.shared_bytes, stream>>>(args...);
-        return cudaGetLastError();
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(shape.x, shape.y, shape.z);
+        config.blockDim = dim3(shape.threads);
+        config.dynamicSmemBytes = shape.shared_bytes;
+        config.stream = target.stream;
+        // The launch's own status: an earlier error the caller left unchecked is not ours.
+        return cudaLaunchKernelEx(&config, kernel, args...);
     }
 };
 

@@ -32,13 +32,15 @@ struct RowMajor {
     static constexpr bool value = std::is_same<Layout, wmma::row_major>::value;
 };
 
-// Splits every element of a loaded fragment into TF32 head (kept in `head`) and tail.
+// Splits every element of a loaded fragment into TF32 head (kept in `head`) and tail. The
+// head's low 13 bits are cleared explicitly: PTX leaves the bits of a converted tf32 value
+// implementation-defined, and the tail must be x minus exactly what the head holds.
 template <class Frag>
 __device__ __forceinline__ void split_tf32(Frag &head, Frag &tail) {
 #pragma unroll
     for (int i = 0; i < head.num_elements; ++i) {
         const float x = head.x[i];
-        const float hi = wmma::__float_to_tf32(x);
+        const float hi = __uint_as_float(__float_as_uint(wmma::__float_to_tf32(x)) & 0xffffe000u);
         head.x[i] = hi;
         tail.x[i] = wmma::__float_to_tf32(x - hi);
     }

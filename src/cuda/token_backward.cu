@@ -8,8 +8,8 @@ namespace gdn::cuda {
 TokenBackwardPlan plan_token_backward(const Sizes &n, size_t shared_limit) { return make_token_backward_plan(n, shared_limit); }
 
 cudaError_t launch_token_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, void *workspace,
-                                  cudaStream_t stream) {
-    return run_token_backward(StreamLauncher{stream}, w, n, plan, workspace);
+                                  const LaunchTarget &target) {
+    return run_token_backward(StreamLauncher{target}, w, n, plan, workspace);
 }
 
 }  // namespace gdn::cuda

@@ -5,8 +5,8 @@
 
 namespace gdn::cuda {
 
-cudaError_t launch_token_forward(const ForwardViews &w, const Sizes &n, cudaStream_t stream) {
-    return run_token_forward(StreamLauncher{stream}, w, n);
+cudaError_t launch_token_forward(const ForwardViews &w, const Sizes &n, const LaunchTarget &target) {
+    return run_token_forward(StreamLauncher{target}, w, n);
 }
 
 }  // namespace gdn::cuda

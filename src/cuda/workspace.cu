@@ -7,6 +7,14 @@ namespace gdn::cuda {
 Status DeviceWorkspace::reserve(size_t bytes) {
     if (bytes <= capacity_) return {};
     if (bytes == SIZE_MAX) return fail(GDN_ERROR_OUT_OF_MEMORY, "cuda: the workspace this call needs is too large to allocate");
+    // Inside a stream capture an allocation would belong to the graph, not to this context.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GDN_CUDA_TRY(cudaStreamIsCapturing(stream_, &capture), "cudaStreamIsCapturing");
+    if (capture != cudaStreamCaptureStatusNone)
+        return fail(GDN_ERROR_BACKEND,
+                    "cuda: this call needs a larger workspace (%zu bytes, %zu held) while its stream is being captured; make the "
+                    "same call once before capturing",
+                    bytes, capacity_);
     // Round up to 2 MiB so that slowly growing shapes do not reallocate every call.
     const size_t granule = size_t(2) << 20;
     const size_t rounded = (bytes + granule - 1) / granule * granule;

@@ -33,7 +33,8 @@ TEST_P(EmulatedChunkForward, MatchesRef) {
 
     HostTensor out(s.Sv, s.Hv, s.T, s.B, -7.0f, 1), states(s.Sk, s.Sv, s.Hv, s.B, -7.0f);
     ForwardViews w{in.q.view(), in.k.view(), in.v.view(), in.g.view(), in.beta.view(), in.s0.view(), out.view(), states.view()};
-    ASSERT_EQ(run_chunk_forward(kLaunch, w, n), cudaSuccess);
+    std::vector<float> workspace(chunk_forward_workspace_bytes(n) / sizeof(float), std::nanf(""));  // poisoned
+    ASSERT_EQ(run_chunk_forward(kLaunch, w, n, workspace.data()), cudaSuccess);
     EXPECT_LT(nmse(out.data, want_out.data), 1e-10);
     EXPECT_LT(nmse(states.data, want_states.data), 1e-10);
     for (size_t i = 0; i < out.data.size(); ++i)

@@ -11,6 +11,7 @@
 
 #include <barrier>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -27,6 +28,17 @@
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+
+inline unsigned __float_as_uint(float x) {
+    unsigned bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    return bits;
+}
+inline float __uint_as_float(unsigned bits) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+}
 
 // The launch sequences (run_* in the kernel headers) return the runtime's status.
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };

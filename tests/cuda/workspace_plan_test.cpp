@@ -33,9 +33,12 @@ TEST(WorkspacePlan, ChunkedBackwardGrowsOnlyWithItsCheckpoints) {
             const ChunkBackwardPlan plan = make_chunk_backward_plan(n);
             SCOPED_TRACE(testing::Message() << "T=" << T << " B=" << B << " windows=" << plan.windows);
             ASSERT_NE(plan.bytes, SIZE_MAX);
-            // Checkpoints: one state per chunk.
-            EXPECT_GE(plan.carry_offset, state_bytes(n) * static_cast<double>(plan.chunks));
-            EXPECT_LT(plan.carry_offset, state_bytes(n) * static_cast<double>(plan.chunks) + 256);
+            // Checkpoints: one state per chunk; factors: three C x C matrices per chunk.
+            EXPECT_GE(plan.factors_offset, state_bytes(n) * static_cast<double>(plan.chunks));
+            EXPECT_LT(plan.factors_offset, state_bytes(n) * static_cast<double>(plan.chunks) + 256);
+            const double factors = 4.0 * 3 * kChunk * kChunk * static_cast<double>(plan.chunks) * n.B * n.Hv;
+            EXPECT_GE(plan.carry_offset - plan.factors_offset, factors);
+            EXPECT_LT(plan.carry_offset - plan.factors_offset, factors + 256);
             // The rest, carry and rows, stays within one state plus the budget (or one chunk of
             // rows, where a chunk alone exceeds it).
             const double one_chunk_rows = 4.0 * plan.slices * n.B * n.Hv * plan.partial_width * kChunk;
