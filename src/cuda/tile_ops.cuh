@@ -50,8 +50,14 @@ __device__ __forceinline__ void split_tf32(Frag &head, Frag &tail) {
 // (element (m, k) at a[m lda + k]) or col-major (at a[k lda + m]); B row-major (element (k, n)
 // at b[k ldb + n]) or col-major (at b[n ldb + k]). K a multiple of 8; a, b 32-byte aligned,
 // lda and ldb multiples of 4 floats (WMMA's rules).
+//
+// The head products and the two cross terms go to separate accumulators, added at the end:
+// the small terms are not rounded against the large running sum, and the two chains of
+// dependent tensor-core operations interleave instead of forming one three times as long.
 template <class ALayout, class BLayout>
 __device__ __forceinline__ void mma_3xtf32(FragC &acc, const float *a, int lda, const float *b, int ldb, int K) {
+    FragC cross;
+    wmma::fill_fragment(cross, 0.0f);
     for (int k = 0; k < K; k += 8) {
         FragA<ALayout> a_hi, a_lo;
         FragB<BLayout> b_hi, b_lo;
@@ -59,10 +65,12 @@ __device__ __forceinline__ void mma_3xtf32(FragC &acc, const float *a, int lda, 
         wmma::load_matrix_sync(b_hi, RowMajor<BLayout>::value ? b + k * ldb : b + k, ldb);
         split_tf32(a_hi, a_lo);
         split_tf32(b_hi, b_lo);
-        wmma::mma_sync(acc, a_lo, b_hi, acc);  // small terms first
-        wmma::mma_sync(acc, a_hi, b_lo, acc);
+        wmma::mma_sync(cross, a_lo, b_hi, cross);
+        wmma::mma_sync(cross, a_hi, b_lo, cross);
         wmma::mma_sync(acc, a_hi, b_hi, acc);
     }
+#pragma unroll
+    for (int i = 0; i < acc.num_elements; ++i) acc.x[i] += cross.x[i];  // element-wise: the same layout
 }
 
 // C (M x N, row-major, ldc) = A (M x K) B (K x N), or C += A B when `accumulate`, the layouts
