@@ -48,27 +48,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedChunkForward,
                                            Shape{64, 32, 1, 1, 33, 1, 1, 1, false, false, true, true},  // spikes, beta 0 and 1
                                            Shape{128, 32, 1, 1, 35, 1, 1, 1, false, false, true}));  // the 27B head size
 
-struct Grads {
-    HostTensor dq, dk, dv, dg, dbeta, ds0;
-    explicit Grads(const Shape &s)
-        : dq(s.Sk, s.Hk, s.T, s.Bq, -7.0f),
-          dk(s.Sk, s.Hk, s.T, s.Bq, -7.0f, 2),
-          dv(s.Sv, s.Hv, s.T, s.B, -7.0f),
-          dg(1, s.Hv, s.T, s.B, -7.0f),
-          dbeta(1, s.Hv, s.T, s.B, -7.0f),
-          ds0(s.Sk, s.Sv, s.Hv, s.B, -7.0f) {}
-};
-
 // The chunked backward as chunk_backward.cu enqueues it, with the partial rows of a window
 // limited to `partial_budget` bytes; returns the number of windows.
-int64_t emulate_backward(const Inputs &in, const HostTensor &d_out, const HostTensor &d_states, size_t partial_budget, Grads &got) {
-    const Sizes n = in.sizes();
-    const BackwardViews w{in.q.view(),   in.k.view(),    in.v.view(),      in.g.view(),   in.beta.view(),
-                          in.s0.view(),  d_out.view(),   d_states.view(),  got.dq.view(), got.dk.view(),
-                          got.dv.view(), got.dg.view(),  got.dbeta.view(), got.ds0.view()};
+int64_t emulate_backward(const BackwardCase &c, size_t partial_budget, Grads &got) {
+    const Sizes n = c.in.sizes();
     const ChunkBackwardPlan plan = make_chunk_backward_plan(n, partial_budget);
     std::vector<float> workspace(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
-    EXPECT_EQ(run_chunk_backward(kLaunch, w, n, plan, workspace.data()), cudaSuccess);
+    EXPECT_EQ(run_chunk_backward(kLaunch, c.views(got), n, plan, workspace.data()), cudaSuccess);
     return plan.windows;
 }
 
@@ -77,39 +63,17 @@ class EmulatedChunkBackward : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(EmulatedChunkBackward, MatchesRef) {
     const Shape s = GetParam();
-    const Inputs in = make_inputs(s, 22);
-    const Sizes n = in.sizes();
-    ASSERT_TRUE(chunk_backward_eligible(n, 200 * 1024)) << "the shape must be one the chunked kernel takes";
-    HostTensor d_out(s.Sv, s.Hv, s.T, s.B), d_states(s.Sk, s.Sv, s.Hv, s.B);
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    for (float &x : d_out.data) x = unit(rng);
-    for (float &x : d_states.data) x = unit(rng);
-    Grads want(s);
-    RefContext ref;
-    const gdn_problem p = in.problem();
-    gdn_grads grads{want.dq.t, want.dk.t, want.dv.t, want.dg.t, want.dbeta.t, want.ds0.t};
-    ASSERT_EQ(gdn_backward(ref.ctx, &p, &d_out.t, &d_states.t, &grads), GDN_OK) << gdn_last_error(ref.ctx);
-
+    const BackwardCase c(s, 22);
+    ASSERT_TRUE(chunk_backward_eligible(c.in.sizes(), 200 * 1024)) << "the shape must be one the chunked kernel takes";
     Grads got(s);
-    ASSERT_EQ(emulate_backward(in, d_out, d_states, kPartialRowsBudget, got), 1) << "these shapes fit one window";
-    EXPECT_LT(nmse(got.dq.data, want.dq.data), 1e-9) << "dq";
-    EXPECT_LT(nmse(got.dk.data, want.dk.data), 1e-9) << "dk";
-    EXPECT_LT(nmse(got.dv.data, want.dv.data), 1e-9) << "dv";
-    EXPECT_LT(nmse(got.dg.data, want.dg.data), 1e-9) << "dg";
-    EXPECT_LT(nmse(got.dbeta.data, want.dbeta.data), 1e-9) << "dbeta";
-    if (s.s0) EXPECT_LT(nmse(got.ds0.data, want.ds0.data), 1e-9) << "ds0";
+    ASSERT_EQ(emulate_backward(c, kPartialRowsBudget, got), 1) << "these shapes fit one window";
+    expect_near(got, c.want);
 
     // A window per chunk: the same arithmetic in the same order, the carry passed through the
     // workspace as it is, so the same bits.
     Grads windowed(s);
-    EXPECT_EQ(emulate_backward(in, d_out, d_states, 1, windowed), (s.T + kChunk - 1) / kChunk);
-    EXPECT_EQ(windowed.dq.data, got.dq.data);
-    EXPECT_EQ(windowed.dk.data, got.dk.data);
-    EXPECT_EQ(windowed.dv.data, got.dv.data);
-    EXPECT_EQ(windowed.dg.data, got.dg.data);
-    EXPECT_EQ(windowed.dbeta.data, got.dbeta.data);
-    EXPECT_EQ(windowed.ds0.data, got.ds0.data);
+    EXPECT_EQ(emulate_backward(c, 1, windowed), (s.T + kChunk - 1) / kChunk);
+    expect_same_bits(windowed, got);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedChunkBackward,

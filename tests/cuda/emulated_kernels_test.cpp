@@ -24,27 +24,13 @@ const EmulatedLauncher kLaunch{sizeof(gdn::cuda::shared)};
 // 16 KiB; at Sk > 128, 60 KiB gives two tokens each, the last sub-segment shorter.
 size_t shared_budget(const Sizes &n) { return (n.Sk > 128 ? 60 : 16) * 1024; }
 
-struct Grads {
-    HostTensor dq, dk, dv, dg, dbeta, ds0;
-    explicit Grads(const Shape &s)
-        : dq(s.Sk, s.Hk, s.T, s.Bq, -7.0f),
-          dk(s.Sk, s.Hk, s.T, s.Bq, -7.0f, 2),
-          dv(s.Sv, s.Hv, s.T, s.B, -7.0f),
-          dg(s.kda ? s.Sk : 1, s.Hv, s.T, s.B, -7.0f),
-          dbeta(1, s.Hv, s.T, s.B, -7.0f),
-          ds0(s.Sk, s.Sv, s.Hv, s.B, -7.0f) {}
-};
-
 // The per-token backward as token_backward.cu enqueues it, with the partial rows of a window
 // limited to `partial_budget` bytes; returns the number of windows.
-int64_t emulate_backward(const Inputs &in, const HostTensor &d_out, const HostTensor &d_states, size_t partial_budget, Grads &got) {
-    const Sizes n = in.sizes();
-    const BackwardViews w{in.q.view(),     in.k.view(),      in.v.view(),      in.g.view(),  in.beta.view(),
-                          in.s0.view(),    d_out.view(),     d_states.view(),  got.dq.view(), got.dk.view(),
-                          got.dv.view(),   got.dg.view(),    got.dbeta.view(), got.ds0.view()};
+int64_t emulate_backward(const BackwardCase &c, size_t partial_budget, Grads &got) {
+    const Sizes n = c.in.sizes();
     const TokenBackwardPlan plan = make_token_backward_plan(n, shared_budget(n), partial_budget);
     std::vector<float> workspace(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
-    EXPECT_EQ(run_token_backward(kLaunch, w, n, plan, workspace.data()), cudaSuccess);
+    EXPECT_EQ(run_token_backward(kLaunch, c.views(got), n, plan, workspace.data()), cudaSuccess);
     return plan.windows;
 }
 
@@ -73,38 +59,16 @@ TEST_P(Emulated, ForwardMatchesRef) {
 
 TEST_P(EmulatedBackward, MatchesRef) {
     const Shape s = GetParam();
-    const Inputs in = make_inputs(s, 12);
-    HostTensor d_out(s.Sv, s.Hv, s.T, s.B), d_states(s.Sk, s.Sv, s.Hv, int64_t(s.B) * s.K);
-    std::mt19937 rng(13);
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    for (float &x : d_out.data) x = unit(rng);
-    for (float &x : d_states.data) x = unit(rng);
-    Grads want(s);
-    RefContext ref;
-    const gdn_problem p = in.problem();
-    gdn_grads grads{want.dq.t, want.dk.t, want.dv.t, want.dg.t, want.dbeta.t, want.ds0.t};
-    ASSERT_EQ(gdn_backward(ref.ctx, &p, &d_out.t, &d_states.t, &grads), GDN_OK) << gdn_last_error(ref.ctx);
-
+    const BackwardCase c(s, 12);
     Grads got(s);
-    ASSERT_EQ(emulate_backward(in, d_out, d_states, kPartialRowsBudget, got), 1) << "these shapes fit one window";
-    EXPECT_LT(nmse(got.dq.data, want.dq.data), 1e-9) << "dq";
-    EXPECT_LT(nmse(got.dk.data, want.dk.data), 1e-9) << "dk";
-    EXPECT_LT(nmse(got.dv.data, want.dv.data), 1e-9) << "dv";
-    EXPECT_LT(nmse(got.dg.data, want.dg.data), 1e-9) << "dg";
-    EXPECT_LT(nmse(got.dbeta.data, want.dbeta.data), 1e-9) << "dbeta";
-    EXPECT_LT(nmse(got.ds0.data, want.ds0.data), 1e-9) << "ds0";
+    ASSERT_EQ(emulate_backward(c, kPartialRowsBudget, got), 1) << "these shapes fit one window";
+    expect_near(got, c.want);
 
     // A window per segment: the same arithmetic in the same order, the carry passed through
     // the workspace as it is, so the same bits.
     Grads windowed(s);
-    const int64_t windows = emulate_backward(in, d_out, d_states, 1, windowed);
-    EXPECT_EQ(windows, make_token_backward_plan(in.sizes(), shared_budget(in.sizes())).segments);
-    EXPECT_EQ(windowed.dq.data, got.dq.data);
-    EXPECT_EQ(windowed.dk.data, got.dk.data);
-    EXPECT_EQ(windowed.dv.data, got.dv.data);
-    EXPECT_EQ(windowed.dg.data, got.dg.data);
-    EXPECT_EQ(windowed.dbeta.data, got.dbeta.data);
-    EXPECT_EQ(windowed.ds0.data, got.ds0.data);
+    EXPECT_EQ(emulate_backward(c, 1, windowed), make_token_backward_plan(c.in.sizes(), shared_budget(c.in.sizes())).segments);
+    expect_same_bits(windowed, got);
 }
 
 // Sk, Sv, Hk, Hv, T, B, Bq, K, kda, grouped, s0

@@ -145,4 +145,62 @@ struct RefContext {
     ~RefContext() { gdn_context_free(ctx); }
 };
 
+// The gradients of one backward, filled with -7 (dk with padded rows).
+struct Grads {
+    HostTensor dq, dk, dv, dg, dbeta, ds0;
+    explicit Grads(const Shape &s)
+        : dq(s.Sk, s.Hk, s.T, s.Bq, -7.0f),
+          dk(s.Sk, s.Hk, s.T, s.Bq, -7.0f, 2),
+          dv(s.Sv, s.Hv, s.T, s.B, -7.0f),
+          dg(s.kda ? s.Sk : 1, s.Hv, s.T, s.B, -7.0f),
+          dbeta(1, s.Hv, s.T, s.B, -7.0f),
+          ds0(s.Sk, s.Sv, s.Hv, s.B, -7.0f) {}
+};
+
+// A backward's inputs (random, `seed`), incoming gradients (`seed + 1`) and ref's gradients.
+struct BackwardCase {
+    Inputs in;
+    HostTensor d_out, d_states;
+    Grads want;
+
+    BackwardCase(const Shape &s, uint32_t seed)
+        : in(make_inputs(s, seed)), d_out(s.Sv, s.Hv, s.T, s.B), d_states(s.Sk, s.Sv, s.Hv, int64_t(s.B) * s.K), want(s) {
+        std::mt19937 rng(seed + 1);
+        std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+        for (float &x : d_out.data) x = unit(rng);
+        for (float &x : d_states.data) x = unit(rng);
+        RefContext ref;
+        const gdn_problem p = in.problem();
+        gdn_grads grads{want.dq.t, want.dk.t, want.dv.t, want.dg.t, want.dbeta.t, want.ds0.t};
+        EXPECT_EQ(gdn_backward(ref.ctx, &p, &d_out.t, &d_states.t, &grads), GDN_OK) << gdn_last_error(ref.ctx);
+    }
+
+    // What the cuda kernels receive, writing into `got`.
+    gdn::cuda::BackwardViews views(Grads &got) const {
+        return {in.q.view(),   in.k.view(),  in.v.view(),      in.g.view(),   in.beta.view(),
+                in.s0.view(),  d_out.view(), d_states.view(),  got.dq.view(), got.dk.view(),
+                got.dv.view(), got.dg.view(), got.dbeta.view(), got.ds0.view()};
+    }
+};
+
+// Every gradient within the harness's backward limit of ref's (NMSE 1e-9).
+inline void expect_near(const Grads &got, const Grads &want) {
+    EXPECT_LT(nmse(got.dq.data, want.dq.data), 1e-9) << "dq";
+    EXPECT_LT(nmse(got.dk.data, want.dk.data), 1e-9) << "dk";
+    EXPECT_LT(nmse(got.dv.data, want.dv.data), 1e-9) << "dv";
+    EXPECT_LT(nmse(got.dg.data, want.dg.data), 1e-9) << "dg";
+    EXPECT_LT(nmse(got.dbeta.data, want.dbeta.data), 1e-9) << "dbeta";
+    EXPECT_LT(nmse(got.ds0.data, want.ds0.data), 1e-9) << "ds0";
+}
+
+// Every gradient the same bits, padding included.
+inline void expect_same_bits(const Grads &a, const Grads &b) {
+    EXPECT_EQ(a.dq.data, b.dq.data);
+    EXPECT_EQ(a.dk.data, b.dk.data);
+    EXPECT_EQ(a.dv.data, b.dv.data);
+    EXPECT_EQ(a.dg.data, b.dg.data);
+    EXPECT_EQ(a.dbeta.data, b.dbeta.data);
+    EXPECT_EQ(a.ds0.data, b.ds0.data);
+}
+
 }  // namespace gdn_emulation
