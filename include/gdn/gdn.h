@@ -82,7 +82,10 @@ typedef struct gdn_context_params {
     int   n_threads;   /* cpu: 0 = all cores */
     int   device;      /* cuda: device ordinal */
     void *stream;      /* cuda: cudaStream_t of the context's device, NULL = the default
-                          stream; it must outlive the context (its workspace is freed on it) */
+                          stream; it must outlive the context (its workspace is freed on it).
+                          CUDA graphs: a call captured on the stream must follow an earlier
+                          call at least as large (the workspace cannot grow in a capture), and
+                          a captured graph is stale once a larger call grows the workspace */
     int   chunk_size;  /* 0 = backend default */
 } gdn_context_params;
 

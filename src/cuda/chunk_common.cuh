@@ -60,28 +60,45 @@ __device__ inline void load_chunk_rows(const View &x, int Sk, int kh, int bq, in
     }
 }
 
-// The state-independent factors of every chunk and unit, C x C row-major each (C = kChunk):
+// The state-independent factors of a window's chunks, for every unit, C x C row-major each
+// (C = kChunk):
 //   A = (I + diag(beta) M)^-1 (unit lower triangular, zeros above),
 //   P_rs = exp(gam_r - gam_s) q_r.k_s for s <= r, else 0,
 //   M_rs = exp(gam_r - gam_s) k_r.k_s for s < r, else 0 (the backward's only).
 // Written by chunk_prepare_kernel, read by the walking kernels instead of recomputing them
 // per column slice inside their sequential loop over chunks.
 enum ChunkFactor { kFactorA = 0, kFactorP = 1, kFactorM = 2 };
+constexpr int kForwardFactors = 2;   // A, P
+constexpr int kBackwardFactors = 3;  // A, P, M
 
 struct ChunkFactors {
-    float *data = nullptr;  // [unit][chunk][count][C][C]
-    int64_t chunks = 0;
-    int count = 2;  // 2: A, P (forward); 3: A, P, M (backward)
+    float *data = nullptr;    // [unit][chunk - chunk_begin][count][C][C]
+    int64_t capacity = 0;     // chunks per window
+    int64_t chunk_begin = 0;  // the window's first chunk
+    int count = kForwardFactors;
 
     __host__ __device__ float *at(int64_t unit, int64_t chunk, ChunkFactor which) const {
-        return data + ((unit * chunks + chunk) * count + which) * (kChunk * kChunk);
+        return data + ((unit * capacity + (chunk - chunk_begin)) * count + which) * (kChunk * kChunk);
     }
 };
 
-// Bytes of the factors of a call (count matrices per chunk and unit).
-inline double chunk_factor_bytes(const Sizes &n, int count) {
-    const double chunks = static_cast<double>((n.T + kChunk - 1) / kChunk);
-    return 4.0 * count * kChunk * kChunk * chunks * n.B * n.Hv;
+// Bytes of the factors of one chunk, for every unit.
+inline double chunk_factor_bytes(const Sizes &n, int count) { return 4.0 * count * kChunk * kChunk * n.B * n.Hv; }
+
+// One launch of a walk over the chunks [chunk_begin, chunk_end) of a window.
+struct ChunkWalk {
+    ChunkFactors factors;    // of the window's chunks
+    float *carry = nullptr;  // [unit][Sv][Sk]: what passes between windows (the state, or dL/dS)
+    int64_t chunks = 0;      // all chunks of T
+    int64_t chunk_begin = 0, chunk_end = 0;
+};
+
+// The walk's window i of `windows`, and the factors' window to match.
+inline ChunkWalk chunk_walk(const Windows &windows, int64_t i, int64_t T, ChunkFactors factors, float *carry) {
+    const Windows::Range r = windows.range(i, T);
+    factors.chunk_begin = r.begin;
+    factors.capacity = windows.per_window;
+    return ChunkWalk{factors, carry, windows.steps, r.begin, r.end};
 }
 
 // One C x C factor from global into shared memory (leading dimension ld).

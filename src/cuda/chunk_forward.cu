@@ -7,10 +7,11 @@ namespace gdn::cuda {
 
 bool chunk_forward_takes(const Sizes &n, size_t shared_limit) { return chunk_forward_eligible(n, shared_limit); }
 
-size_t chunk_forward_workspace(const Sizes &n) { return chunk_forward_workspace_bytes(n); }
+ChunkForwardPlan plan_chunk_forward(const Sizes &n) { return make_chunk_forward_plan(n); }
 
-cudaError_t launch_chunk_forward(const ForwardViews &w, const Sizes &n, void *workspace, const LaunchTarget &target) {
-    return run_chunk_forward(StreamLauncher{target}, w, n, workspace);
+cudaError_t launch_chunk_forward(const ForwardViews &w, const Sizes &n, const ChunkForwardPlan &plan, void *workspace,
+                                 const LaunchTarget &target) {
+    return run_chunk_forward(StreamLauncher{target}, w, n, plan, workspace);
 }
 
 }  // namespace gdn::cuda

@@ -1,5 +1,5 @@
 // The state-independent part of the chunked (WY) form (chunk_common.cuh: ChunkFactors), for
-// every chunk at once: a block per (chunk, unit). Per chunk, with gam the prefix sums of g
+// every chunk of a window at once: a block per (chunk, unit). Per chunk, with gam the prefix sums of g
 // inside the chunk:
 //   Gk = K K^T, Gq = Q K^T                                       (3xTF32 WMMA, block_gemm)
 //   M_rs = exp(gam_r - gam_s) Gk_rs (s < r), A = (I + diag(beta) M)^-1   (F32, by halves)
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_prepare_kernel(ForwardVie
     const ChunkPrepareLayout L = chunk_prepare_layout(n.Sk);
     float *Q = shared + L.q, *K = shared + L.k, *Gk = shared + L.gk, *Gq = shared + L.gq;
     float *gam = shared + L.gam, *beta = shared + L.beta;
-    const int64_t chunk = blockIdx.x;
+    const int64_t chunk = f.chunk_begin + blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z, kh = n.key_head(h), bq = n.qk_sequence(b);
     const int64_t unit = static_cast<int64_t>(b) * n.Hv + h, t0 = chunk * kChunk;
     const int len = n.T - t0 < kChunk ? static_cast<int>(n.T - t0) : kChunk;
@@ -69,15 +69,12 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_prepare_kernel(ForwardVie
     for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += blockDim.x) a_out[idx] = Gk[(idx / kChunk) * L.ldc + idx % kChunk];
 }
 
-inline LaunchShape chunk_prepare_shape(const Sizes &n) {
-    const int64_t chunks = (n.T + kChunk - 1) / kChunk;
-    return {static_cast<int>(chunks), n.Hv, n.B, kChunkThreads, sizeof(float) * static_cast<size_t>(chunk_prepare_layout(n.Sk).floats)};
-}
-
-// Enqueues the factors of every chunk (launch: a StreamLauncher, or the emulation's launcher).
+// Enqueues the factors of the walk's window (launch: a StreamLauncher, or the emulation's).
 template <class Launch>
-cudaError_t run_chunk_prepare(const Launch &launch, const ForwardViews &w, const Sizes &n, const ChunkFactors &f) {
-    return launch(chunk_prepare_kernel, chunk_prepare_shape(n), w, n, f);
+cudaError_t run_chunk_prepare(const Launch &launch, const ForwardViews &w, const Sizes &n, const ChunkWalk &walk) {
+    const LaunchShape shape{static_cast<int>(walk.chunk_end - walk.chunk_begin), n.Hv, n.B, kChunkThreads,
+                            sizeof(float) * static_cast<size_t>(chunk_prepare_layout(n.Sk).floats)};
+    return launch(chunk_prepare_kernel, shape, w, n, walk.factors);
 }
 
 }  // namespace

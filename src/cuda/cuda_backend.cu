@@ -148,10 +148,10 @@ public:
         GDN_TRY(view_of("states", a.states, device_, w.states));
         const cuda::Sizes n = sizes_of(a.dims);
         if (use_chunked(n) && cuda::chunk_forward_takes(n, target_.shared_limit)) {
-            const size_t bytes = cuda::chunk_forward_workspace(n);
-            GDN_TRY(workspace_->reserve(bytes));  // before anything is written
-            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, workspace_->data(), target_), "launching the chunked forward");
-            last_workspace_ = bytes;
+            const cuda::ChunkForwardPlan plan = cuda::plan_chunk_forward(n);
+            GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
+            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, plan, workspace_->data(), target_), "launching the chunked forward");
+            last_workspace_ = plan.bytes;
             return {};
         }
         GDN_CUDA_TRY(cuda::launch_token_forward(w, n, target_), "launching the per-token forward");

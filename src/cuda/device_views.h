@@ -60,4 +60,15 @@ struct BackwardViews {
     View dq, dk, dv, dg, dbeta, ds0;  // outputs; absent = not wanted
 };
 
+// The forward pass a backward runs first: the backward's inputs, no outputs, the state before
+// every `every`-th token stored in `checkpoints` (count states per unit).
+inline ForwardViews checkpoint_pass(const BackwardViews &w, float *checkpoints, int64_t every, int64_t count) {
+    ForwardViews f;
+    f.q = w.q, f.k = w.k, f.v = w.v, f.g = w.g, f.beta = w.beta, f.s0 = w.s0;
+    f.checkpoints = checkpoints;
+    f.checkpoint_every = every;
+    f.checkpoint_count = count;
+    return f;
+}
+
 }  // namespace gdn::cuda

@@ -25,10 +25,11 @@ cudaError_t launch_token_forward(const ForwardViews &views, const Sizes &sizes, 
 
 // Chunked forward on tensor cores (chunk_forward.cu): scalar gates, K <= 1, Sk a multiple of
 // 16 up to 128, Sv a multiple of 32, and its shared memory within shared_limit. Its workspace
-// holds the chunk factors (SIZE_MAX: too large to allocate).
+// (plan.bytes) holds one window's chunk factors and the state between windows.
 bool chunk_forward_takes(const Sizes &sizes, size_t shared_limit);
-size_t chunk_forward_workspace(const Sizes &sizes);
-cudaError_t launch_chunk_forward(const ForwardViews &views, const Sizes &sizes, void *workspace, const LaunchTarget &target);
+ChunkForwardPlan plan_chunk_forward(const Sizes &sizes);
+cudaError_t launch_chunk_forward(const ForwardViews &views, const Sizes &sizes, const ChunkForwardPlan &plan, void *workspace,
+                                 const LaunchTarget &target);
 
 // Chunked backward on tensor cores (chunk_backward.cu): where the chunked forward applies and
 // its larger shared memory fits.

@@ -6,11 +6,11 @@
 // [dq | dk | dg | dbeta]; the two reduction kernels here then sum the rows of every slice and
 // every reading unit in a fixed order. No atomics: the same bits on every run.
 //
-// The rows of all T tokens would take T Sk Sv/32 floats per unit (about 0.8 GB at the 27B
-// shape, T = 4096). So the backwards walk the tokens in reverse window by window: a launch
-// covers one window, the reductions finish its rows, and the next (earlier) window reuses
-// them, stream-ordered. The carry dL/dS passes between windows through the workspace. The
-// rows then take a fixed budget, whatever T is.
+// The rows of all T tokens would take T (2 Sk + 2) Sv/32 floats per unit (about 0.8 GB at the
+// 27B shape, T = 4096). So the backwards walk the tokens in reverse window by window
+// (plans.h, Windows): a launch covers one window, the reductions finish its rows, and the next
+// (earlier) window reuses them, stream-ordered. The carry dL/dS passes between windows
+// through the workspace. The rows then take a fixed budget, whatever T is.
 //
 // Device code plus host-side sizing, included by the backward launchers (nvcc) and by the
 // host emulation tests.
@@ -26,10 +26,6 @@
 namespace gdn::cuda {
 namespace {
 
-// Bytes the partial rows of one window may take (at least one step of tokens is always
-// allowed). 128 MiB holds 672 tokens at the 27B shape (B = 1): 7 windows at T = 4096.
-constexpr size_t kPartialRowsBudget = size_t(128) << 20;
-
 // The rows of one window, [slice][unit][token - t_begin][width].
 struct PartialRows {
     float *data = nullptr;
@@ -37,22 +33,12 @@ struct PartialRows {
     int slices = 1;        // column slices per unit
     int64_t capacity = 0;  // tokens per window (rows per slice and unit)
     int64_t t_begin = 0;   // first token of the window being walked
-    int64_t tokens = 0;    // tokens of that window (<= capacity; the first window may be shorter)
+    int64_t tokens = 0;    // tokens of that window (<= capacity)
 
     __host__ __device__ float *row(int slice, int64_t unit, int64_t units, int64_t t) const {
         return data + ((slice * units + unit) * capacity + (t - t_begin)) * width;
     }
 };
-
-// Tokens per window: the most whole steps (chunks, or segments) whose rows fit the budget, at
-// least one step, and no more steps than T needs.
-inline int64_t window_tokens(int64_t T, int64_t step, double row_bytes_per_token, size_t budget) {
-    const int64_t steps_needed = (T + step - 1) / step;
-    const double fit = static_cast<double>(budget) / (row_bytes_per_token * static_cast<double>(step));
-    const int64_t steps = std::clamp<int64_t>(fit >= static_cast<double>(steps_needed) ? steps_needed : static_cast<int64_t>(fit), 1,
-                                              steps_needed);
-    return steps * step;
-}
 
 // dq, dk: element (i, kh, t, bq) of the window sums, in a fixed order, the partial rows of every
 // unit that reads key head kh of q/k sequence bq (sequences ascending, then value heads
@@ -113,7 +99,7 @@ inline int reduce_blocks(int64_t total) { return static_cast<int>(std::min<int64
 
 // Enqueues the reductions of the window `rows` describes (launch: see stream_launcher.cuh).
 template <class Launch>
-cudaError_t launch_reductions(const Launch &launch, const BackwardViews &w, const Sizes &n, const PartialRows &rows) {
+cudaError_t run_reductions(const Launch &launch, const BackwardViews &w, const Sizes &n, const PartialRows &rows) {
     if (w.dq.present() || w.dk.present()) {
         const int64_t count = static_cast<int64_t>(n.Bq) * n.Hk * rows.tokens * n.Sk;
         const cudaError_t e = launch(reduce_key_grads_kernel, LaunchShape{reduce_blocks(count), 1, 1, 256, 0}, w, n, rows);

@@ -2,6 +2,7 @@
 // No CUDA headers here, so that code built without the toolkit can include it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -11,6 +12,44 @@ namespace gdn::cuda {
 struct LaunchShape {
     int x = 1, y = 1, z = 1, threads = 32;
     size_t shared_bytes = 0;
+};
+
+// Long inputs are walked in windows of whole steps (chunks of 32 tokens, or the per-token
+// backward's segments), so that what a walk keeps per step (partial gradient rows, chunk
+// factors) takes a fixed budget whatever T is. What passes from one window to the next (the
+// state, or dL/dS) goes through the workspace.
+constexpr size_t kWindowBudget = size_t(128) << 20;
+
+struct Windows {
+    int64_t steps = 1;        // steps of T
+    int64_t step_tokens = 1;  // tokens per step
+    int64_t per_window = 1;   // steps per window
+    int64_t count = 1;        // windows
+
+    // The most steps of bytes_per_step each that fit `budget`, at least one, at most all.
+    static Windows fit(int64_t T, int64_t step_tokens, double bytes_per_step, size_t budget) {
+        Windows w;
+        w.step_tokens = step_tokens;
+        w.steps = (T + step_tokens - 1) / step_tokens;
+        const double fit = static_cast<double>(budget) / bytes_per_step;
+        w.per_window = fit >= static_cast<double>(w.steps) ? w.steps : std::max<int64_t>(1, static_cast<int64_t>(fit));
+        w.count = (w.steps + w.per_window - 1) / w.per_window;
+        return w;
+    }
+
+    // Window i: steps [begin, end) and tokens [t_begin, t_begin + tokens). Only the window at
+    // the end of the sequence may be shorter.
+    struct Range {
+        int64_t begin, end, t_begin, tokens;
+    };
+    Range range(int64_t i, int64_t T) const {
+        Range r;
+        r.begin = i * per_window;
+        r.end = std::min(r.begin + per_window, steps);
+        r.t_begin = r.begin * step_tokens;
+        r.tokens = std::min(r.end * step_tokens, T) - r.t_begin;
+        return r;
+    }
 };
 
 // Largest key and value head sizes the kernels take (registers hold a state column of Sk
@@ -28,26 +67,34 @@ struct TokenBackwardPlan {
     int64_t sub_segments = 1;   // ceil(segment / sub_segment)
     int slices = 1;             // column slices per (sequence, value head): blocks per unit
     int64_t partial_width = 0;  // floats per token in the partial rows: dq | dk | dg | dbeta
-    int64_t window_segments = 1;  // segments per window (the last window may be shorter)
-    int64_t windows = 1;        // launches of the column kernel, last window first
+    Windows windows;            // of segments, walked last first
     size_t shared_bytes = 0;    // dynamic shared memory of the column kernel
     // Byte offsets inside the workspace and its total size (SIZE_MAX: too large to allocate).
     size_t checkpoints_offset = 0, sub_checkpoints_offset = 0, carry_offset = 0, partials_offset = 0, bytes = 0;
 };
 
+// The chunked forward's workspace: the chunk factors A, P of one window of chunks, and the
+// state between windows.
+struct ChunkForwardPlan {
+    Windows windows;  // of chunks, walked in order
+    size_t factors_offset = 0, carry_offset = 0;
+    size_t bytes = 0;  // SIZE_MAX: too large
+};
+
 // The chunked backward's workspace: the state before each chunk of 32 tokens (written by the
-// chunked forward's walk), the chunk factors M, A, P, the per-slice partial gradient rows of
-// one window of chunks (the per-token backward's layout, finished by the same reductions), and
-// the carry between windows.
+// chunked forward's walk), and for one window of chunks the factors M, A, P and the per-slice
+// partial gradient rows (the per-token backward's layout, finished by the same reductions),
+// and the carry between windows (the state in the forward's walk, then dL/dS).
 struct ChunkBackwardPlan {
-    int64_t chunks = 1;         // ceil(T / 32)
     int slices = 1;             // Sv / 32
     int64_t partial_width = 0;  // 2 Sk + 2: dq | dk | dg | dbeta
-    int64_t window_chunks = 1;  // chunks per window (the last window may be shorter)
-    int64_t windows = 1;        // launches of the chunk kernel, last window first
+    Windows windows;            // of chunks, walked last first (the checkpoint pass: in order)
     size_t shared_bytes = 0;    // dynamic shared memory of the chunk kernel
     size_t checkpoints_offset = 0, factors_offset = 0, carry_offset = 0, partials_offset = 0;
     size_t bytes = 0;  // SIZE_MAX: too large
 };
+
+// Byte offsets of workspace regions: each starts on 256 bytes.
+inline size_t align_up(double bytes) { return (static_cast<size_t>(bytes) + 255) / 256 * 256; }
 
 }  // namespace gdn::cuda

@@ -29,7 +29,9 @@ struct StreamLauncher {
         config.dynamicSmemBytes = shape.shared_bytes;
         config.stream = target.stream;
         // The launch's own status: an earlier error the caller left unchecked is not ours.
-        return cudaLaunchKernelEx(&config, kernel, args...);
+        const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+        if (e != cudaSuccess) cudaGetLastError();  // reported here; not left for the caller's next check
+        return e;
     }
 };
 

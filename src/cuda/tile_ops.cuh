@@ -122,7 +122,7 @@ __device__ inline void warp_unit_lower_inverse(float *m, int ld, int n) {
 // n = 32 with two warps or more (the chunk size): by halves, which halves the serial chain.
 // With L = [L11 0; L21 L22], X = [X11 0; X21 X22] where X11, X22 are the halves' inverses
 // (two warps at once, 15 steps each) and X21 = -X22 (L21 X11) (two 16 x 16 products by the
-// whole block). Other n <= 32: one warp, n - 1 steps; larger n: the block, row by row.
+// whole block). Any other n: the block, row by row (n - 1 steps).
 __device__ inline void block_unit_lower_inverse(float *m, int ld, int n) {
     for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
         const int i = idx / n, j = idx % n;
@@ -163,12 +163,6 @@ __device__ inline void block_unit_lower_inverse(float *m, int ld, int n) {
             const int idx = threadIdx.x + e * blockDim.x;
             if (idx < h * h) lower[(idx / h) * ld + idx % h] = value[e];
         }
-        __syncthreads();
-        return;
-    }
-    if (n <= 32) {
-        // One warp: its barriers are cheaper than the block's.
-        if (warp == 0) warp_unit_lower_inverse(m, ld, n);
         __syncthreads();
         return;
     }

@@ -22,7 +22,7 @@
 //               column in shared memory, then the walk backwards over those tokens.
 // Every thread reads back only what it wrote itself (workspace and shared replay alike), so
 // the stored states need no barrier. Workspace per unit: (T/segment + segment/sub_segment)
-// Sk Sv floats.
+// Sk Sv floats, plus the carry D between windows and one window's partial rows.
 //
 // Device code plus the host-side plan, included by token_backward.cu (nvcc) and by the host
 // emulation test (tests/cuda/emulated_kernels_test.cpp), which runs the kernels on CPU threads.
@@ -278,15 +278,14 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
     }
 }
 
-inline size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 inline int backward_warps(int rows) { return rows == 8 ? BackwardShape<8>::warps : BackwardShape<1>::warps; }
 static_assert(BackwardShape<1>::warps == BackwardShape<2>::warps && BackwardShape<2>::warps == BackwardShape<4>::warps,
               "backward_warps assumes one block size for R <= 4");
 
 // `shared_limit`: the most dynamic shared memory one block may use on this device;
-// `partial_budget`: the bytes the partial rows of a window may take.
-inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit, size_t partial_budget = kPartialRowsBudget) {
+// `window_budget`: the bytes the partial rows of a window may take.
+inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit, size_t window_budget = kWindowBudget) {
     TokenBackwardPlan plan;
     // sqrt(T) balances checkpoints (T/segment) against sub-checkpoints; capped for long inputs.
     plan.segment = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n.T)))), 1, 128);
@@ -304,21 +303,20 @@ inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_
     // Sizes in double first: a product past 2^62 bytes cannot be allocated and must not wrap.
     const double units = static_cast<double>(n.B) * n.Hv, area = static_cast<double>(n.Sk) * n.Sv;
     const double row_bytes = 4.0 * plan.slices * units * static_cast<double>(plan.partial_width);  // per token
-    plan.window_segments = window_tokens(n.T, plan.segment, row_bytes, partial_budget) / plan.segment;
-    plan.windows = (plan.segments + plan.window_segments - 1) / plan.window_segments;
+    plan.windows = Windows::fit(n.T, plan.segment, row_bytes * static_cast<double>(plan.segment), window_budget);
     const double checkpoints = 4.0 * units * static_cast<double>(plan.segments) * area;
     const double sub_checkpoints = 4.0 * units * static_cast<double>(plan.sub_segments) * area;
-    const double carry = plan.windows > 1 ? 4.0 * units * area : 0.0;
-    const double partials = row_bytes * static_cast<double>(plan.window_segments * plan.segment);
+    const double carry = plan.windows.count > 1 ? 4.0 * units * area : 0.0;
+    const double partials = row_bytes * static_cast<double>(plan.windows.per_window * plan.segment);
     if (checkpoints + sub_checkpoints + carry + partials > 0x1p62) {
         plan.bytes = SIZE_MAX;
         return plan;
     }
     plan.checkpoints_offset = 0;
-    plan.sub_checkpoints_offset = align_up(static_cast<size_t>(checkpoints));
-    plan.carry_offset = plan.sub_checkpoints_offset + align_up(static_cast<size_t>(sub_checkpoints));
-    plan.partials_offset = plan.carry_offset + align_up(static_cast<size_t>(carry));
-    plan.bytes = plan.partials_offset + align_up(static_cast<size_t>(partials));
+    plan.sub_checkpoints_offset = align_up(checkpoints);
+    plan.carry_offset = plan.sub_checkpoints_offset + align_up(sub_checkpoints);
+    plan.partials_offset = plan.carry_offset + align_up(carry);
+    plan.bytes = plan.partials_offset + align_up(partials);
     return plan;
 }
 
@@ -332,20 +330,10 @@ inline BackwardWorkspace workspace_of(const TokenBackwardPlan &plan, void *base)
     ws.rows.data = reinterpret_cast<float *>(p + plan.partials_offset);
     ws.rows.width = plan.partial_width;
     ws.rows.slices = plan.slices;
-    ws.rows.capacity = plan.window_segments * plan.segment;
+    ws.rows.capacity = plan.windows.per_window * plan.segment;
     ws.segment = plan.segment, ws.segments = plan.segments;
     ws.sub_segment = plan.sub_segment, ws.sub_segments = plan.sub_segments;
     return ws;
-}
-
-// The forward kernel's views for the backward's checkpoint pass.
-inline ForwardViews checkpoint_views(const BackwardViews &w, const BackwardWorkspace &ws) {
-    ForwardViews f;
-    f.q = w.q, f.k = w.k, f.v = w.v, f.g = w.g, f.beta = w.beta, f.s0 = w.s0;
-    f.checkpoints = ws.checkpoints;
-    f.checkpoint_every = ws.segment;
-    f.checkpoint_count = ws.segments;
-    return f;
 }
 
 // Enqueues the per-token backward: the forward writing the checkpoints, then per window of
@@ -354,15 +342,14 @@ template <class Launch>
 cudaError_t run_token_backward(const Launch &launch, const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan,
                                void *workspace) {
     BackwardWorkspace ws = workspace_of(plan, workspace);
-    cudaError_t e = run_token_forward(launch, checkpoint_views(w, ws), n);
+    cudaError_t e = run_token_forward(launch, checkpoint_pass(w, ws.checkpoints, ws.segment, ws.segments), n);
     if (e != cudaSuccess) return e;
     const int rows = rows_per_lane(n.Sk);
     const LaunchShape shape{plan.slices, n.Hv, n.B, backward_warps(rows) * 32, plan.shared_bytes};
-    for (int64_t window = plan.windows - 1; window >= 0; --window) {
-        ws.segment_begin = window * plan.window_segments;
-        ws.segment_end = std::min(ws.segment_begin + plan.window_segments, plan.segments);
-        ws.rows.t_begin = ws.segment_begin * plan.segment;
-        ws.rows.tokens = std::min(ws.segment_end * plan.segment, n.T) - ws.rows.t_begin;
+    for (int64_t i = plan.windows.count - 1; i >= 0; --i) {
+        const Windows::Range window = plan.windows.range(i, n.T);
+        ws.segment_begin = window.begin, ws.segment_end = window.end;
+        ws.rows.t_begin = window.t_begin, ws.rows.tokens = window.tokens;
         switch (rows) {
             case 1: e = launch(token_backward_kernel<1>, shape, w, n, ws); break;
             case 2: e = launch(token_backward_kernel<2>, shape, w, n, ws); break;
@@ -370,7 +357,7 @@ cudaError_t run_token_backward(const Launch &launch, const BackwardViews &w, con
             default: e = launch(token_backward_kernel<8>, shape, w, n, ws); break;
         }
         if (e != cudaSuccess) return e;
-        if ((e = launch_reductions(launch, w, n, ws.rows)) != cudaSuccess) return e;
+        if ((e = run_reductions(launch, w, n, ws.rows)) != cudaSuccess) return e;
     }
     return cudaSuccess;
 }

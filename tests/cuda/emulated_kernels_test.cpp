@@ -18,20 +18,20 @@ namespace {
 using namespace gdn::cuda;
 using namespace gdn_emulation;
 
-const EmulatedLauncher kLaunch{sizeof(gdn::cuda::shared)};
+const EmulatedLauncher kLaunch{gdn::cuda::shared, sizeof(gdn::cuda::shared)};
 
 // Small shared-memory budgets so that segments split into sub-segments: one token each at
 // 16 KiB; at Sk > 128, 60 KiB gives two tokens each, the last sub-segment shorter.
 size_t shared_budget(const Sizes &n) { return (n.Sk > 128 ? 60 : 16) * 1024; }
 
 // The per-token backward as token_backward.cu enqueues it, with the partial rows of a window
-// limited to `partial_budget` bytes; returns the number of windows.
-int64_t emulate_backward(const BackwardCase &c, size_t partial_budget, Grads &got) {
+// limited to `window_budget` bytes; returns the plan.
+TokenBackwardPlan emulate_backward(const BackwardCase &c, size_t window_budget, Grads &got) {
     const Sizes n = c.in.sizes();
-    const TokenBackwardPlan plan = make_token_backward_plan(n, shared_budget(n), partial_budget);
+    const TokenBackwardPlan plan = make_token_backward_plan(n, shared_budget(n), window_budget);
     std::vector<float> workspace(plan.bytes / sizeof(float) + 1, std::nanf(""));  // poisoned: every read must follow a write
     EXPECT_EQ(run_token_backward(kLaunch, c.views(got), n, plan, workspace.data()), cudaSuccess);
-    return plan.windows;
+    return plan;
 }
 
 class Emulated : public ::testing::TestWithParam<Shape> {};
@@ -61,14 +61,18 @@ TEST_P(EmulatedBackward, MatchesRef) {
     const Shape s = GetParam();
     const BackwardCase c(s, 12);
     Grads got(s);
-    ASSERT_EQ(emulate_backward(c, kPartialRowsBudget, got), 1) << "these shapes fit one window";
+    const TokenBackwardPlan plan = emulate_backward(c, kWindowBudget, got);
+    ASSERT_EQ(plan.windows.count, 1) << "these shapes fit one window";
     expect_near(got, c.want);
 
-    // A window per segment: the same arithmetic in the same order, the carry passed through
-    // the workspace as it is, so the same bits.
-    Grads windowed(s);
-    EXPECT_EQ(emulate_backward(c, 1, windowed), make_token_backward_plan(c.in.sizes(), shared_budget(c.in.sizes())).segments);
-    expect_same_bits(windowed, got);
+    // Windows of one and of two segments (the carry passed through the workspace): the same
+    // arithmetic in the same order, the same bits.
+    const double segment_rows = 4.0 * plan.slices * s.B * s.Hv * plan.partial_width * plan.segment;
+    Grads one(s), two(s);
+    EXPECT_EQ(emulate_backward(c, 1, one).windows.count, plan.segments);
+    expect_same_bits(one, got);
+    EXPECT_EQ(emulate_backward(c, static_cast<size_t>(2 * segment_rows), two).windows.count, (plan.segments + 1) / 2);
+    expect_same_bits(two, got);
 }
 
 // Sk, Sv, Hk, Hv, T, B, Bq, K, kda, grouped, s0

@@ -8,9 +8,10 @@ using namespace gdn_tile_check;
 
 TEST(EmulatedTileOps, GemmAndTriangularInverse) {
     const Inputs in = make_check_inputs();
-    std::vector<float> smem(shared_floats), c(M * N), c2(M * N), c3(M * N), x(n * n), x_chunk(n_chunk * n_chunk);
+    alignas(32) static float smem[shared_floats];  // shared memory: 32-byte aligned, as WMMA's tiles need
+    std::vector<float> c(M * N), c2(M * N), c3(M * N), x(n * n), x_chunk(n_chunk * n_chunk);
     fake_cuda::launch({1, 1, 1}, 128, [&] {
-        run_checks(smem.data(), in.a.data(), in.b.data(), in.l.data(), c.data(), c2.data(), c3.data(), x.data(), x_chunk.data());
+        run_checks(smem, in.a.data(), in.b.data(), in.l.data(), c.data(), c2.data(), c3.data(), x.data(), x_chunk.data());
     });
     expect_checks_pass(in, c, c2, c3, x, x_chunk);
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -121,22 +122,42 @@ inline double nmse(const std::vector<float> &a, const std::vector<float> &b) {
 }
 
 // Runs a launch sequence (run_* of the kernel headers) on CPU threads, kernel after kernel,
-// block after block, with the test's shared-memory array; counts the launches.
+// block after block, with the test's shared-memory array; checks what the emulation would
+// otherwise let pass (a block size the GPU refuses, shared memory used past what the launch
+// asked for); counts the launches.
 struct EmulatedLauncher {
-    size_t shared_capacity;   // bytes of the test's `shared` array
+    float *shared;            // the test's `shared` array
+    size_t shared_capacity;   // its bytes
     int *launches = nullptr;  // incremented per launch when set
 
     template <class... Params, class... Args>
     cudaError_t operator()(void (*kernel)(Params...), const gdn::cuda::LaunchShape &shape, const Args &...args) const {
+        if (shape.threads < 32 || shape.threads > 1024 || shape.threads % 32 != 0 || shape.x < 1 || shape.y < 1 || shape.z < 1 ||
+            shape.y > 65535 || shape.z > 65535) {
+            ADD_FAILURE() << "a launch of " << shape.x << "x" << shape.y << "x" << shape.z << " blocks of " << shape.threads
+                          << " threads, which a GPU refuses";
+            return cudaErrorInvalidValue;
+        }
         if (shape.shared_bytes > shared_capacity) {
             ADD_FAILURE() << "a launch asks for " << shape.shared_bytes << " bytes of shared memory; the emulation has "
                           << shared_capacity;
             return cudaErrorInvalidValue;
         }
         if (launches != nullptr) ++*launches;
+        // Poison the shared memory past the launch's size; any write there is a kernel using
+        // more than it asked for.
+        const size_t used = shape.shared_bytes / sizeof(float), total = shared_capacity / sizeof(float);
+        std::fill(shared + used, shared + total, kSentinel);
         fake_cuda::launch({unsigned(shape.x), unsigned(shape.y), unsigned(shape.z)}, shape.threads, [&] { kernel(args...); });
+        for (size_t i = used; i < total; ++i)
+            if (std::memcmp(&shared[i], &kSentinel, sizeof(float)) != 0) {
+                ADD_FAILURE() << "a kernel wrote shared float " << i << ", past the " << shape.shared_bytes << " bytes it launched with";
+                return cudaErrorInvalidValue;
+            }
         return cudaSuccess;
     }
+
+    static constexpr float kSentinel = -1.2345e-37f;
 };
 
 struct RefContext {

@@ -134,6 +134,8 @@ inline float __shfl_down_sync(unsigned mask, float value, unsigned delta) {
 // nvcuda::wmma for TF32 tiles (m16n16k8), enough for src/cuda/tile_ops.cuh. Every lane holds a
 // whole tile (the real fragments spread it over the warp in an unspecified layout, so code may
 // only transform elements uniformly, which is what a whole copy per lane reproduces).
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -167,9 +169,19 @@ inline float __float_to_tf32(float in) {
     return out;
 }
 
+// WMMA's rules, which the GPU enforces by undefined behaviour: tile pointers 256-bit aligned,
+// leading dimensions multiples of 4 floats (16 bytes).
+inline void check_tile_address(const float *p, unsigned ld, const char *what) {
+    if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || ld % 4 != 0) {
+        std::fprintf(stderr, "fake_cuda: %s at %p with ld %u breaks WMMA's alignment rules\n", what, static_cast<const void *>(p), ld);
+        std::abort();
+    }
+}
+
 template <class Use, int M, int N, int K, class T, class Layout>
 void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const float *p, unsigned ld) {
     using F = fragment<Use, M, N, K, T, Layout>;
+    check_tile_address(p, ld, "load_matrix_sync");
     for (int r = 0; r < F::rows; ++r)
         for (int c = 0; c < F::cols; ++c)
             f.x[r * F::cols + c] = std::is_same<Layout, col_major>::value ? p[c * ld + r] : p[r * ld + c];
@@ -177,6 +189,7 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const float *p, unsi
 
 template <int M, int N, int K>
 void load_matrix_sync(fragment<accumulator, M, N, K, float, void> &f, const float *p, unsigned ld, layout_t layout) {
+    check_tile_address(p, ld, "load_matrix_sync (accumulator)");
     for (int r = 0; r < M; ++r)
         for (int c = 0; c < N; ++c) f.x[r * N + c] = layout == mem_row_major ? p[r * ld + c] : p[c * ld + r];
 }
@@ -191,6 +204,7 @@ void fill_fragment(fragment<accumulator, M, N, K, float, void> &f, float v) {
 inline void warp_barrier();
 template <int M, int N, int K>
 void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float, void> &f, unsigned ld, layout_t layout) {
+    check_tile_address(p, ld, "store_matrix_sync");
     warp_barrier();  // every lane has read whatever this store overwrites
     if (threadIdx.x % 32 == 0)
         for (int r = 0; r < M; ++r)

@@ -26,56 +26,80 @@ Sizes qwen35_27b(int64_t T, int B) {
 
 double state_bytes(const Sizes &n) { return 4.0 * n.B * n.Hv * n.Sk * n.Sv; }
 
+const int64_t kTokens[] = {1, 512, 4096, 65536, int64_t(1) << 20};
+
+TEST(WorkspacePlan, ChunkedForwardStaysWithinItsBudget) {
+    for (int B : {1, 4, 32})
+        for (int64_t T : kTokens) {
+            const Sizes n = qwen35_27b(T, B);
+            const ChunkForwardPlan plan = make_chunk_forward_plan(n);
+            SCOPED_TRACE(testing::Message() << "T=" << T << " B=" << B << " windows=" << plan.windows.count);
+            ASSERT_NE(plan.bytes, SIZE_MAX);
+            // One window's factors (at least one chunk's) and one state.
+            const double one_chunk = chunk_factor_bytes(n, kForwardFactors);
+            EXPECT_LE(static_cast<double>(plan.bytes), std::max<double>(kWindowBudget, one_chunk) + state_bytes(n) + 512);
+            if (T <= 4096 && B == 1) EXPECT_EQ(plan.windows.count, 1) << "the 27B prefill in one window";
+        }
+}
+
 TEST(WorkspacePlan, ChunkedBackwardGrowsOnlyWithItsCheckpoints) {
     for (int B : {1, 4})
-        for (int64_t T : {int64_t(512), int64_t(4096), int64_t(65536), int64_t(1) << 20}) {
+        for (int64_t T : kTokens) {
             const Sizes n = qwen35_27b(T, B);
             const ChunkBackwardPlan plan = make_chunk_backward_plan(n);
-            SCOPED_TRACE(testing::Message() << "T=" << T << " B=" << B << " windows=" << plan.windows);
+            SCOPED_TRACE(testing::Message() << "T=" << T << " B=" << B << " windows=" << plan.windows.count);
             ASSERT_NE(plan.bytes, SIZE_MAX);
-            // Checkpoints: one state per chunk; factors: three C x C matrices per chunk.
-            EXPECT_GE(plan.factors_offset, state_bytes(n) * static_cast<double>(plan.chunks));
-            EXPECT_LT(plan.factors_offset, state_bytes(n) * static_cast<double>(plan.chunks) + 256);
-            const double factors = 4.0 * 3 * kChunk * kChunk * static_cast<double>(plan.chunks) * n.B * n.Hv;
-            EXPECT_GE(plan.carry_offset - plan.factors_offset, factors);
-            EXPECT_LT(plan.carry_offset - plan.factors_offset, factors + 256);
-            // The rest, carry and rows, stays within one state plus the budget (or one chunk of
-            // rows, where a chunk alone exceeds it).
-            const double one_chunk_rows = 4.0 * plan.slices * n.B * n.Hv * plan.partial_width * kChunk;
-            EXPECT_LE(static_cast<double>(plan.bytes - plan.carry_offset),
-                      state_bytes(n) + std::max<double>(kPartialRowsBudget, one_chunk_rows) + 512);
-            EXPECT_EQ(plan.windows, (plan.chunks + plan.window_chunks - 1) / plan.window_chunks);
-            if (T >= 4096) EXPECT_GT(plan.windows, 1);
+            // Checkpoints: one state per chunk.
+            EXPECT_GE(plan.factors_offset, state_bytes(n) * static_cast<double>(plan.windows.steps));
+            EXPECT_LT(plan.factors_offset, state_bytes(n) * static_cast<double>(plan.windows.steps) + 256);
+            // The rest, one window's factors and rows and the carry, stays within the budget
+            // (or one chunk's, where a chunk alone exceeds it) and one state.
+            const double one_chunk = 4.0 * plan.slices * n.B * n.Hv * plan.partial_width * kChunk + chunk_factor_bytes(n, kBackwardFactors);
+            EXPECT_LE(static_cast<double>(plan.bytes - plan.factors_offset),
+                      state_bytes(n) + std::max<double>(kWindowBudget, one_chunk) + 1024);
+            if (T >= 4096) EXPECT_GT(plan.windows.count, 1);
         }
 }
 
 TEST(WorkspacePlan, PerTokenBackwardGrowsOnlyWithItsCheckpoints) {
     for (int B : {1, 4})
-        for (int64_t T : {int64_t(1), int64_t(512), int64_t(4096), int64_t(65536), int64_t(1) << 20}) {
+        for (int64_t T : kTokens) {
             const Sizes n = qwen35_27b(T, B);
             const TokenBackwardPlan plan = make_token_backward_plan(n, 227 * 1024);
-            SCOPED_TRACE(testing::Message() << "T=" << T << " B=" << B << " windows=" << plan.windows);
+            SCOPED_TRACE(testing::Message() << "T=" << T << " B=" << B << " windows=" << plan.windows.count);
             ASSERT_NE(plan.bytes, SIZE_MAX);
             EXPECT_LE(plan.segment, 128);
             const double checkpoints = state_bytes(n) * static_cast<double>(plan.segments + plan.sub_segments);
             EXPECT_LE(static_cast<double>(plan.carry_offset), checkpoints + 512);
             const double one_segment_rows = 4.0 * plan.slices * n.B * n.Hv * plan.partial_width * plan.segment;
             EXPECT_LE(static_cast<double>(plan.bytes - plan.carry_offset),
-                      state_bytes(n) + std::max<double>(kPartialRowsBudget, one_segment_rows) + 512);
-            EXPECT_EQ(plan.windows, (plan.segments + plan.window_segments - 1) / plan.window_segments);
+                      state_bytes(n) + std::max<double>(kWindowBudget, one_segment_rows) + 512);
         }
 }
 
-// Windows cover the tokens exactly: whole steps, the last window the only short one.
-TEST(WorkspacePlan, WindowsAreWholeSteps) {
+// Windows cover the steps exactly, in order, within the budget; only the last is short.
+TEST(WorkspacePlan, WindowsCoverTheSteps) {
     for (int64_t T : {1, 31, 32, 33, 100, 4095, 4096, 4097}) {
-        for (size_t budget : {size_t(1), size_t(1) << 20, kPartialRowsBudget}) {
-            const int64_t w = window_tokens(T, 32, 1000.0, budget);
-            SCOPED_TRACE(testing::Message() << "T=" << T << " budget=" << budget << " window=" << w);
-            EXPECT_EQ(w % 32, 0);
-            EXPECT_GE(w, 32);
-            EXPECT_LE(w, (T + 31) / 32 * 32);
-            if (w > 32) EXPECT_LE(1000.0 * static_cast<double>(w), static_cast<double>(budget));
+        for (size_t budget : {size_t(1), size_t(64000), size_t(1) << 20, kWindowBudget}) {
+            const Windows windows = Windows::fit(T, 32, 32000.0, budget);
+            SCOPED_TRACE(testing::Message() << "T=" << T << " budget=" << budget << " per window=" << windows.per_window);
+            EXPECT_EQ(windows.steps, (T + 31) / 32);
+            EXPECT_GE(windows.per_window, 1);
+            if (windows.per_window > 1) EXPECT_LE(32000.0 * static_cast<double>(windows.per_window), static_cast<double>(budget));
+            int64_t next_step = 0, next_token = 0;
+            for (int64_t i = 0; i < windows.count; ++i) {
+                const Windows::Range r = windows.range(i, T);
+                EXPECT_EQ(r.begin, next_step);
+                EXPECT_EQ(r.t_begin, next_token);
+                EXPECT_GT(r.end, r.begin);
+                if (i + 1 < windows.count) {
+                    EXPECT_EQ(r.end - r.begin, windows.per_window);
+                    EXPECT_EQ(r.tokens, windows.per_window * 32);
+                }
+                next_step = r.end, next_token = r.t_begin + r.tokens;
+            }
+            EXPECT_EQ(next_step, windows.steps);
+            EXPECT_EQ(next_token, T);
         }
     }
 }
