@@ -7,9 +7,9 @@
 // the state slice S (Sk x 32) in shared memory, handed to the next window through the
 // workspace. Per chunk, with gam the prefix sums of g inside the chunk (restarted at each
 // chunk) and beta, Q, K, V its rows:
-//   Dm = A diag(beta) (V - diag(exp(gam)) K S)                 (the deltas; = U - W S)
-//   O = scale (diag(exp(gam)) Q S + P Dm)                      (when out is wanted)
-//   S <- exp(gam_L) S + (diag(exp(gam_L - gam)) K)^T Dm
+//   D = A diag(beta) (V - diag(exp(gam)) K S)                 (the deltas; = U - W S)
+//   O = scale (diag(exp(gam)) Q S + P D)                      (when out is wanted)
+//   S <- exp(gam_L) S + (diag(exp(gam_L - gam)) K)^T D
 // Every exponent is a difference gam_r - gam_s with s <= r, gam_r, or gam_L - gam_r: <= 0 for
 // g <= 0. Gates are clamped at -1e4 (exp is 0 in F32 far above that) so that differences of
 // prefix sums stay numbers. A last chunk shorter than 32 is padded with zero rows (g = 0,
@@ -46,7 +46,7 @@ __host__ __device__ inline ChunkLayout chunk_layout(int Sk) {
     L.k = carve.take(kChunk * L.ldk);  // K, then diag(exp(gam_L - gam)) K
     L.s = carve.take(Sk * L.ldv);      // the state slice, S[i][c] at s + i ldv + c
     L.v = carve.take(kChunk * L.ldv);  // V, then diag(beta) (V - diag(exp(gam)) K S)
-    L.u = carve.take(kChunk * L.ldv);  // K S, then Dm
+    L.u = carve.take(kChunk * L.ldv);  // K S, then D
     L.a = carve.take(kChunk * L.ldc);
     L.p = carve.take(kChunk * L.ldc);
     L.o = carve.take(kChunk * L.ldv);  // the output rows
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
             V[r * L.ldv + c] = beta[r] * (V[r * L.ldv + c] - row_scale[r] * U[r * L.ldv + c]);  // beta R
         }
         __syncthreads();
-        tile::block_gemm<row_major, row_major>(U, L.ldv, A, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // Dm = A beta R
+        tile::block_gemm<row_major, row_major>(U, L.ldv, A, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // D = A beta R
 
         if (w.out.present()) {
             for (int idx = tid; idx < kChunk * Sk; idx += threads) {
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
             }
             __syncthreads();
             tile::block_gemm<row_major, row_major>(O, L.ldv, Q, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);     // Qg S
-            tile::block_gemm<row_major, row_major>(O, L.ldv, P, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true);  // + P Dm
+            tile::block_gemm<row_major, row_major>(O, L.ldv, P, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true);  // + P D
             for (int idx = tid; idx < len * kSlice; idx += threads) {
                 const int r = idx / kSlice, c = idx % kSlice;
                 *w.out.at(j0 + c, h, t0 + r, b) = n.scale * O[r * L.ldv + c];
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
         const float decay_last = expf(gam_last);
         for (int idx = tid; idx < Sk * kSlice; idx += threads) S[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
         __syncthreads();
-        tile::block_gemm<col_major, row_major>(S, L.ldv, K, L.ldk, U, L.ldv, Sk, kSlice, kChunk, true);  // S += Kl^T Dm
+        tile::block_gemm<col_major, row_major>(S, L.ldv, K, L.ldk, U, L.ldv, Sk, kSlice, kChunk, true);  // S += Kl^T D
     }
 
     if (walk.chunk_end < walk.chunks) {  // a later window follows: hand S over
