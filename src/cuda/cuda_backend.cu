@@ -149,10 +149,8 @@ public:
         const cuda::Sizes n = sizes_of(a.dims);
         if (use_chunked(n) && cuda::chunk_forward_takes(n, target_.shared_limit)) {
             const cuda::ChunkForwardPlan plan = cuda::plan_chunk_forward(n);
-            GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
-            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, plan, workspace_->data(), target_), "launching the chunked forward");
-            last_workspace_ = plan.bytes;
-            return {};
+            return in_workspace(plan.bytes, "launching the chunked forward",
+                                [&](void *ws) { return cuda::launch_chunk_forward(w, n, plan, ws, target_); });
         }
         GDN_CUDA_TRY(cuda::launch_token_forward(w, n, target_), "launching the per-token forward");
         last_workspace_ = 0;
@@ -175,16 +173,12 @@ public:
         const cuda::Sizes n = sizes_of(a.dims);
         if (use_chunked(n) && cuda::chunk_backward_takes(n, target_.shared_limit)) {
             const cuda::ChunkBackwardPlan plan = cuda::plan_chunk_backward(n);
-            GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
-            GDN_CUDA_TRY(cuda::launch_chunk_backward(w, n, plan, workspace_->data(), target_), "launching the chunked backward");
-            last_workspace_ = plan.bytes;
-            return {};
+            return in_workspace(plan.bytes, "launching the chunked backward",
+                                [&](void *ws) { return cuda::launch_chunk_backward(w, n, plan, ws, target_); });
         }
         const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n, target_.shared_limit);
-        GDN_TRY(workspace_->reserve(plan.bytes));  // before anything is written
-        GDN_CUDA_TRY(cuda::launch_token_backward(w, n, plan, workspace_->data(), target_), "launching the per-token backward");
-        last_workspace_ = plan.bytes;
-        return {};
+        return in_workspace(plan.bytes, "launching the per-token backward",
+                            [&](void *ws) { return cuda::launch_token_backward(w, n, plan, ws, target_); });
     }
 
     uint64_t workspace_bytes() const override { return last_workspace_; }
@@ -193,6 +187,16 @@ private:
     static constexpr int kMaxGridDim = 65535;  // grid y and z carry value heads and sequences
     // Below this many tokens the per-token kernel wins (and decoding is T = 1).
     static constexpr int64_t kChunkedFromTokens = 64;
+
+    // Makes `bytes` of workspace available before anything is written, then enqueues the
+    // kernels that use it.
+    template <class Launch>
+    Status in_workspace(size_t bytes, const char *what, Launch &&launch) {
+        GDN_TRY(workspace_->reserve(bytes));
+        GDN_CUDA_TRY(launch(workspace_->data()), what);
+        last_workspace_ = bytes;
+        return {};
+    }
 
     // chunk_size = 1 in the context parameters asks for the per-token kernels throughout.
     bool use_chunked(const cuda::Sizes &n) const { return chunk_size_ != 1 && n.T >= kChunkedFromTokens; }
