@@ -1,0 +1,205 @@
+"""gdn as a PyTorch op with FLA's signature: ``chunk_gated_delta_rule``.
+
+Layouts are FLA's: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g and beta ``[B, T, HV]`` (g may
+also be ``[B, T, HV, K]``: a gate per key channel), states ``[N, HV, K, V]``, with value head h
+reading key head ``h // (HV // H)``. The op is registered with ``torch.library.custom_op``, so
+autograd, ``torch.compile(fullgraph=True)`` and ``torch.autograd.gradcheck`` work; its backward
+recomputes from the saved inputs (no per-token state is kept between forward and backward).
+
+Where it computes: CPU tensors on the cpu backend (float32; float64 on the ref backend, the
+float64 oracle), with ``torch.get_num_threads()`` threads; CUDA tensors on the cuda backend, on
+the tensor's device and the current stream. bfloat16 and float16 inputs are computed in float32
+and the output is returned in the input's dtype, as transformers' pure-PyTorch fallback does; the
+final state stays in the compute dtype. ``with gdn.torch.backend("ref"):`` forces a backend.
+"""
+
+import contextlib
+import math
+import threading
+from typing import Optional, Tuple
+
+import torch
+
+from . import _core, _errors, _gdn
+
+__all__ = ["chunk_gated_delta_rule", "backend"]
+
+_HEAD_MAP_GROUPED = _core.HEAD_MAPS["grouped"]
+_override = threading.local()
+
+
+@contextlib.contextmanager
+def backend(name):
+    """Run gdn.torch ops of this thread on backend ``name`` ("ref", "cpu", "cuda") inside the block."""
+    previous = getattr(_override, "name", None)
+    _override.name = name
+    try:
+        yield
+    finally:
+        _override.name = previous
+
+
+def _context_for(t):
+    forced = getattr(_override, "name", None)
+    if t.device.type == "cpu":
+        name = forced or ("ref" if t.dtype == torch.float64 else "cpu")
+        return _core.default_context(name, threads=torch.get_num_threads())
+    if t.device.type == "cuda":
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(index).cuda_stream
+        return _core.default_context(forced or "cuda", device=index, stream=stream)
+    raise _errors.UnsupportedError(f"gdn computes on cpu and cuda tensors, not on {t.device}")
+
+
+def _state_shape(q, v, cu_seqlens):
+    sequences = v.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    return (sequences, v.shape[2], v.shape[3], q.shape[3])  # gdn's layout: key index innermost
+
+
+# The ops take gdn's layouts (g and beta with their unit dimension, states key-innermost); the
+# wrapper below converts from FLA's.
+@torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float,
+                want_state: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    states = (torch.empty(_state_shape(q, v, cu_seqlens), dtype=v.dtype, device=v.device) if want_state
+              else v.new_empty(0))
+    _gdn.forward(_context_for(v)._native, q, k, v, g, beta, initial_state, out, states if want_state else None,
+                 scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
+    return out, states
+
+
+@_forward_op.register_fake
+def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state):
+    states_shape = _state_shape(q, v, cu_seqlens) if want_state else (0,)
+    return v.new_empty(v.shape), v.new_empty(states_shape)
+
+
+@torch.library.custom_op("gdn::gated_delta_rule_bwd", mutates_args=())
+def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                 initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: float
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v, g, beta)]
+    d_initial = (torch.empty(initial_state.shape, dtype=v.dtype, device=v.device) if initial_state is not None
+                 else v.new_empty(0))
+    _gdn.backward(_context_for(v)._native, q, k, v, g, beta, initial_state, d_out, d_state, *grads,
+                  d_initial if initial_state is not None else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
+    return (*grads, d_initial)
+
+
+@_backward_op.register_fake
+def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale):
+    d_initial = initial_state.new_empty(initial_state.shape) if initial_state is not None else v.new_empty(0)
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
+            beta.new_empty(beta.shape), d_initial)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state = inputs
+    ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
+    ctx.scale = scale
+    ctx.want_state = want_state
+
+
+def _backward(ctx, d_out, d_states):
+    q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
+    d_state = d_states if ctx.want_state and d_states is not None else None
+    dq, dk, dv, dg, dbeta, d_initial = _backward_op(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state,
+                                                    ctx.scale)
+    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None
+
+
+torch.library.register_autograd("gdn::gated_delta_rule_fwd", _backward, setup_context=_setup_context)
+
+
+def _readable(t):
+    """t itself when gdn can read it in place (innermost stride 1, no broadcast strides), else a copy."""
+    for size, stride in zip(t.shape, t.stride()):
+        if size > 1 and stride == 0:
+            return t.contiguous()
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        return t.contiguous()
+    return t
+
+
+def _l2norm(x, eps=1e-6):
+    # As FLA's and transformers' use_qk_l2norm_in_kernel: x / sqrt(sum(x^2) + eps).
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _check(q, k, v, g, beta, initial_state, cu_seqlens):
+    tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+    if initial_state is not None:
+        tensors["initial_state"] = initial_state
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise _errors.InvalidArgumentError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+        if not t.is_floating_point():
+            raise _errors.ElementTypeError(f"{name} has dtype {t.dtype}; gdn takes floating-point tensors")
+        if t.device != q.device:
+            raise _errors.InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}")
+    for name in ("k", "v"):
+        if tensors[name].dtype != q.dtype:
+            raise _errors.ElementTypeError(f"{name} has dtype {tensors[name].dtype} but q has {q.dtype}; "
+                                           "q, k and v must share one dtype")
+    for name, rank in (("q", 4), ("k", 4), ("v", 4), ("beta", 3)):
+        if tensors[name].dim() != rank:
+            raise _errors.ShapeError(f"{name} must have {rank} dimensions ([B, T, H, K] for q/k, [B, T, HV, V] "
+                                     f"for v, [B, T, HV] for g/beta); got shape {tuple(tensors[name].shape)}")
+    if g.dim() not in (3, 4):
+        raise _errors.ShapeError(f"g must be [B, T, HV] (or [B, T, HV, K]: a gate per key channel); "
+                                 f"got shape {tuple(g.shape)}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if tuple(k.shape) != tuple(q.shape):
+        raise _errors.ShapeError(f"k has shape {tuple(k.shape)} but q has {tuple(q.shape)}")
+    if tuple(v.shape[:2]) != (B, T):
+        raise _errors.ShapeError(f"v has shape {tuple(v.shape)}: its [B, T] must be q's {(B, T)}")
+    if HV % H != 0:
+        raise _errors.ShapeError(f"v has {HV} heads, not a multiple of q/k's {H} heads")
+    gate_shape = (B, T, HV) if g.dim() == 3 else (B, T, HV, K)
+    if tuple(g.shape) != gate_shape:
+        raise _errors.ShapeError(f"g has shape {tuple(g.shape)}; expected {gate_shape}")
+    if tuple(beta.shape) != (B, T, HV):
+        raise _errors.ShapeError(f"beta has shape {tuple(beta.shape)}; expected {(B, T, HV)}")
+    sequences = B
+    if cu_seqlens is not None:
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or \
+                cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise _errors.InvalidArgumentError("cu_seqlens must be a 1-D int32 or int64 tensor of N + 1 offsets")
+        if B != 1:
+            raise _errors.ShapeError(f"with cu_seqlens the sequences are packed along T, so B must be 1, not {B}")
+        sequences = cu_seqlens.shape[0] - 1
+    if initial_state is not None and tuple(initial_state.shape) != (sequences, HV, K, V):
+        raise _errors.ShapeError(f"initial_state has shape {tuple(initial_state.shape)}; expected "
+                                 f"[N, HV, K, V] = {(sequences, HV, K, V)}")
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           cu_seqlens=None, use_qk_l2norm_in_kernel=False):
+    """The gated delta rule over a batch, as ``fla.ops.gated_delta_rule.chunk_gated_delta_rule``.
+
+    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]``
+    (None unless ``output_final_state``). final_state is a transposed view of gdn's key-innermost
+    buffer: passing it back as ``initial_state`` costs no copy; call ``.contiguous()`` if you need
+    a contiguous tensor. ``cu_seqlens`` (N + 1 offsets, B = 1): packed sequences, the recurrence
+    restarts at each offset. ``scale`` None is ``1/sqrt(K)``.
+    """
+    _check(q, k, v, g, beta, initial_state, cu_seqlens)
+    if scale is not None and not math.isfinite(scale):
+        raise _errors.InvalidArgumentError(f"scale = {scale} is not finite")
+    in_dtype = q.dtype
+    compute = torch.float64 if in_dtype == torch.float64 else torch.float32
+    q, k, v, g, beta = (t.to(compute) for t in (q, k, v, g, beta))
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2norm(q), _l2norm(k)
+    gate = g.unsqueeze(-1) if g.dim() == 3 else g
+    state = None
+    if initial_state is not None:
+        state = initial_state.to(compute).transpose(-1, -2).contiguous()
+    o, states = _forward_op(_readable(q), _readable(k), _readable(v), _readable(gate), _readable(beta.unsqueeze(-1)),
+                            state, cu_seqlens, 0.0 if scale is None else float(scale), bool(output_final_state))
+    final_state = states.transpose(-1, -2) if output_final_state else None
+    return o.to(in_dtype), final_state

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The Python package's tests (called by scripts/test.sh): installs the package with `pip install .`
+# into a virtual environment kept between runs, with the pinned test requirements, and runs pytest.
+#   GDN_VENV        the environment (default ~/.cache/gdn/venv; reused while the pins are unchanged)
+#   GDN_CMAKE_ARGS  extra CMake arguments for the package's build (passed as CMAKE_ARGS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${GDN_VENV:-$HOME/.cache/gdn/venv}
+requirements=python/requirements-test.txt
+stamp="$venv/.gdn-requirements"
+if [[ ! -x $venv/bin/python ]]; then
+  python3 -m venv "$venv"
+fi
+if ! cmp -s "$requirements" "$stamp"; then
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -r "$requirements"
+  cp "$requirements" "$stamp"
+fi
+# The build requirements are pinned in the environment, so the package builds without isolation
+# (no download per build) and reuses its CMake build folder (build/python) between runs.
+CMAKE_ARGS="${GDN_CMAKE_ARGS:-}" "$venv/bin/python" -m pip install --quiet --no-build-isolation --no-deps .
+# Run from python/tests so that the installed package, not the source folder, is imported.
+cd python/tests
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
