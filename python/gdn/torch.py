@@ -105,7 +105,9 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, d_out, d_states):
     q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-    d_state = d_states if ctx.want_state and d_states is not None else None
+    # The final state's gradient arrives through the transposed view the wrapper returned.
+    d_state = _readable(d_states) if ctx.want_state and d_states is not None else None
+    d_out = _readable(d_out) if d_out is not None else None
     dq, dk, dv, dg, dbeta, d_initial = _backward_op(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state,
                                                     ctx.scale)
     return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None
