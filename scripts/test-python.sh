@@ -11,11 +11,17 @@ stamp="$venv/.gdn-requirements"
 if [[ ! -x $venv/bin/python ]]; then
   python3 -m venv "$venv"
 fi
+# FLA's naive references, beside the environment rather than in it: an importable FLA makes
+# transformers route its layers to FLA's GPU kernels.
+fla_site="$venv/fla-site"
 if ! cmp -s "$requirements" "$stamp"; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet -r "$requirements"
+  rm -rf "$fla_site"
+  "$venv/bin/python" -m pip install --quiet --no-deps --target "$fla_site" "fla-core==0.6.0"
   cp "$requirements" "$stamp"
 fi
+export GDN_FLA_SITE="$fla_site"
 # The build requirements are pinned in the environment, so the package builds without isolation
 # (no download per build) and reuses its CMake build folder (build/python) between runs.
 CMAKE_ARGS="${GDN_CMAKE_ARGS:-}" "$venv/bin/python" -m pip install --quiet --no-build-isolation --no-deps .
