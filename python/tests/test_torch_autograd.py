@@ -1,0 +1,112 @@
+"""gdn.torch as PyTorch machinery sees it: gradcheck, torch.compile, and bad input."""
+
+import pytest
+import torch
+
+import gdn
+import gdn.torch as gt
+
+
+def small_inputs(dtype=torch.float64, B=1, T=6, H=1, HV=2, K=4, V=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, K, generator=gen, dtype=dtype)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=dtype), dim=-1)
+    v = torch.randn(B, T, HV, V, generator=gen, dtype=dtype)
+    g = -torch.rand(B, T, HV, generator=gen, dtype=dtype)
+    beta = torch.rand(B, T, HV, generator=gen, dtype=dtype)
+    h0 = torch.randn(B, HV, K, V, generator=gen, dtype=dtype)
+    return [x.requires_grad_() for x in (q, k, v, g, beta, h0)]
+
+
+def test_gradcheck_on_the_ref_backend():
+    inputs = small_inputs()
+
+    def op(q, k, v, g, beta, h0):
+        o, final = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+        return o, final
+
+    with gt.backend("ref"):
+        assert torch.autograd.gradcheck(op, inputs, eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+def test_gradcheck_with_gate_per_key_channel_and_l2norm():
+    q, k, v, _, beta, h0 = small_inputs(seed=1)
+    g = (-torch.rand(q.shape[0], q.shape[1], v.shape[2], q.shape[3], dtype=torch.float64)).requires_grad_()
+
+    def op(q, k, v, g, beta, h0):
+        return gt.chunk_gated_delta_rule(q, k, v, g, beta, scale=0.7, initial_state=h0, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True)
+
+    assert torch.autograd.gradcheck(op, (q, k, v, g, beta, h0), eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+class DeltaLayer(torch.nn.Module):
+    """A minimal layer around the op, as a model would call it."""
+
+    def __init__(self, hidden, H, HV, K, V):
+        super().__init__()
+        self.H, self.HV, self.K, self.V = H, HV, K, V
+        self.qkv = torch.nn.Linear(hidden, 2 * H * K + HV * V, bias=False)
+        self.ab = torch.nn.Linear(hidden, 2 * HV, bias=False)
+        self.out = torch.nn.Linear(HV * V, hidden, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = torch.split(self.qkv(x), [self.H * self.K, self.H * self.K, self.HV * self.V], dim=-1)
+        a, b = self.ab(x).chunk(2, dim=-1)
+        o, _ = gt.chunk_gated_delta_rule(q.reshape(B, T, self.H, self.K), k.reshape(B, T, self.H, self.K),
+                                         v.reshape(B, T, self.HV, self.V), -torch.nn.functional.softplus(a),
+                                         torch.sigmoid(b), use_qk_l2norm_in_kernel=True)
+        return self.out(o.reshape(B, T, -1))
+
+
+def test_torch_compile_fullgraph_forward_and_backward():
+    torch.manual_seed(0)
+    layer = DeltaLayer(32, 2, 4, 16, 8)
+    x = torch.randn(2, 20, 32)
+    eager_out = layer(x)
+    eager_grads = torch.autograd.grad(eager_out.square().sum(), list(layer.parameters()))
+    compiled = torch.compile(layer, fullgraph=True)
+    out = compiled(x)
+    grads = torch.autograd.grad(out.square().sum(), list(layer.parameters()))
+    torch.testing.assert_close(out, eager_out, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, eager_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_opcheck():
+    """PyTorch's own consistency checks of a custom op: schema, fake tensors, autograd registration."""
+    q, k, v, g, beta, h0 = (x.detach().float() for x in small_inputs(T=5))
+    state = h0.transpose(-1, -2).contiguous()
+    args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True)
+    torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
+
+
+def bad_calls():
+    q, k, v, g, beta, h0 = (x.detach().float() for x in small_inputs(B=2, H=2, HV=4))
+    return [
+        ("q rank", dict(q=q[0]), gdn.ShapeError, "q must have 4 dimensions"),
+        ("heads", dict(v=torch.randn(2, 6, 3, 3)), gdn.ShapeError, "not a multiple"),
+        ("k shape", dict(k=k[..., :2]), gdn.ShapeError, "k has shape"),
+        ("g shape", dict(g=g[:, :3]), gdn.ShapeError, "g has shape"),
+        ("beta rank", dict(beta=beta[..., None]), gdn.ShapeError, "beta must have 3 dimensions"),
+        ("state shape", dict(initial_state=h0[:1]), gdn.ShapeError, "initial_state"),
+        ("mixed dtypes", dict(k=k.double()), gdn.ElementTypeError, "k has dtype"),
+        ("integer", dict(v=v.int()), gdn.ElementTypeError, "floating-point"),
+        ("mixed devices", dict(v=v.to("meta")), gdn.InvalidArgumentError, "meta"),
+        ("scale", dict(scale=float("inf")), gdn.InvalidArgumentError, "scale"),
+        ("not a tensor", dict(beta=beta.numpy()), gdn.InvalidArgumentError, "torch.Tensor"),
+        ("packed batch", dict(cu_seqlens=torch.tensor([0, 3, 6])), gdn.ShapeError, "B must be 1"),
+    ], dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=h0)
+
+
+@pytest.mark.parametrize("index", range(len(bad_calls()[0])))
+def test_bad_input_raises_a_gdn_error_and_changes_nothing(index):
+    cases, good = bad_calls()
+    _, change, error, words = cases[index]
+    args = {**good, **change}
+    before = {name: t.clone() for name, t in args.items() if isinstance(t, torch.Tensor) and t.device.type == "cpu"}
+    with pytest.raises(error, match=words):
+        gt.chunk_gated_delta_rule(**args, output_final_state=True)
+    for name, t in before.items():
+        assert torch.equal(args[name], t), name
