@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: builds everything (CUDA too when nvcc is found) and runs every
-# test through CTest. GPU tests skip cleanly on a machine without a device.
+# test through CTest, then installs the Python package into a cached virtual environment and
+# runs its tests (scripts/test-python.sh). GPU tests skip cleanly on a machine without a device.
 #   GDN_BUILD_DIR   build folder (default build)
 #   GDN_CMAKE_ARGS  extra configure arguments, e.g. -DCMAKE_CUDA_ARCHITECTURES=90
 set -euo pipefail
@@ -12,3 +13,4 @@ jobs=$(nproc)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${GDN_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 1500
+scripts/test-python.sh

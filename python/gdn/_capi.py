@@ -1,0 +1,74 @@
+"""The C API called directly through ctypes, with no binding in between: the baseline against
+which ``python -m gdn.bench`` measures what the nanobind/torch layers cost. The extension module
+links libgdn in and exports its C symbols, so this reads them from there."""
+
+import ctypes
+
+from . import _gdn
+
+_F32, _F64 = 0, 1
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("type", ctypes.c_int), ("ne", ctypes.c_int64 * 4),
+                ("nb", ctypes.c_int64 * 4)]
+
+
+class Problem(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("g", Tensor), ("beta", Tensor), ("state", Tensor),
+                ("scale", ctypes.c_float), ("head_map", ctypes.c_int)]
+
+
+class Grads(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("g", Tensor), ("beta", Tensor), ("state", Tensor)]
+
+
+class Params(ctypes.Structure):
+    _fields_ = [("n_threads", ctypes.c_int), ("device", ctypes.c_int), ("stream", ctypes.c_void_p),
+                ("chunk_size", ctypes.c_int)]
+
+
+_lib = ctypes.CDLL(_gdn.__file__)
+_lib.gdn_context_default_params.restype = Params
+_lib.gdn_last_error.restype = ctypes.c_char_p
+
+
+def tensor(t):
+    """A gdn_tensor over a CPU torch tensor of up to 4 dimensions (shape reversed into ne)."""
+    if t is None:
+        return Tensor()
+    item = t.element_size()
+    ne = list(reversed(t.shape)) + [1] * (4 - t.dim())
+    nb = [s * item for s in reversed(t.stride())] + [0] * (4 - t.dim())
+    for i in range(4):
+        if ne[i] == 1:
+            nb[i] = item if i == 0 else nb[i - 1] * ne[i - 1]
+    return Tensor(t.data_ptr(), _F64 if item == 8 else _F32, (ctypes.c_int64 * 4)(*ne), (ctypes.c_int64 * 4)(*nb))
+
+
+class Context:
+    def __init__(self, backend, threads):
+        params = _lib.gdn_context_default_params()
+        params.n_threads = threads
+        self.ptr = ctypes.c_void_p()
+        if _lib.gdn_context_create(backend.encode(), ctypes.byref(params), ctypes.byref(self.ptr)) != 0:
+            raise RuntimeError("gdn_context_create failed")
+
+    def __del__(self):
+        _lib.gdn_context_free(self.ptr)
+
+    def _check(self, status):
+        if status != 0:
+            raise RuntimeError(_lib.gdn_last_error(self.ptr).decode())
+
+    def forward(self, problem, out, states):
+        self._check(_lib.gdn_forward(self.ptr, ctypes.byref(problem), ctypes.byref(out) if out else None,
+                                     ctypes.byref(states) if states else None))
+
+    def backward(self, problem, d_out, d_states, grads):
+        self._check(_lib.gdn_backward(self.ptr, ctypes.byref(problem), ctypes.byref(d_out) if d_out else None,
+                                      ctypes.byref(d_states) if d_states else None, ctypes.byref(grads)))
+
+
+def problem(q, k, v, g, beta, state=None, grouped=True):
+    return Problem(tensor(q), tensor(k), tensor(v), tensor(g), tensor(beta), tensor(state), 0.0, 1 if grouped else 0)

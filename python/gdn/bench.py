@@ -1,0 +1,172 @@
+"""python -m gdn.bench: transformers' pure-PyTorch gated delta rule against gdn, side by side.
+
+At the Qwen3.5-27B delta-net shape (16 key heads shared by 48 value heads, head size 128, B = 1,
+inputs as the model makes them: q, k, v split from one packed projection buffer, q and k
+normalised by the op, g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)), for each T: the
+forward, and forward + backward through autograd. Every measurement runs in its own process, so
+its peak memory is its own. Also times the C API called directly (ctypes, no binding) against
+gdn.torch on the same pre-normalised inputs: what the Python layers cost.
+
+Columns: median wall ms over the runs, median CPU ms (all threads), peak resident memory added
+by the runs (MB), and for gdn the canonical GFLOP/s (forward 8 Sk Sv, backward 24 Sk Sv per token
+and value head).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+SHAPE = dict(H=16, HV=48, K=128, V=128)
+IMPLS = ("transformers", "gdn", "gdn.torch-raw", "c-api")
+
+
+def _rss_mb(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _inputs(T, seed=0):
+    import torch
+    H, HV, K, V = SHAPE["H"], SHAPE["HV"], SHAPE["K"], SHAPE["V"]
+    gen = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(1, T, 2 * H * K + HV * V, generator=gen)
+    a, b = torch.randn(1, T, HV, generator=gen), torch.randn(1, T, HV, generator=gen)
+    A_log, dt_bias = torch.log(torch.empty(HV).uniform_(1, 16, generator=gen)), torch.ones(HV)
+    g = -A_log.exp() * torch.nn.functional.softplus(a + dt_bias)
+    return qkv, g, torch.sigmoid(b)
+
+
+def _split(qkv):
+    H, HV, K, V = SHAPE["H"], SHAPE["HV"], SHAPE["K"], SHAPE["V"]
+    B, T, _ = qkv.shape
+    q, k, v = qkv.split([H * K, H * K, HV * V], dim=-1)
+    return q.reshape(B, T, H, K), k.reshape(B, T, H, K), v.reshape(B, T, HV, V)
+
+
+def _runner(impl, T, backward):
+    """A function that runs the measured work once."""
+    import torch
+    qkv, g, beta = _inputs(T)
+    d_out = torch.randn(1, T, SHAPE["HV"], SHAPE["V"])
+    if impl in ("gdn.torch-raw", "c-api"):  # q and k normalised beforehand, outside the timing
+        q, k, v = _split(qkv)
+        q, k = (torch.nn.functional.normalize(x, dim=-1, eps=1e-6).contiguous() for x in (q, k))
+        qkv = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], dim=-1)
+    if impl == "c-api":
+        return _c_api_runner(qkv, g, beta, d_out, backward)
+    if impl == "transformers":
+        from transformers.models.qwen3_5 import modeling_qwen3_5
+        fn = getattr(modeling_qwen3_5.torch_chunk_gated_delta_rule, "__wrapped__",
+                     modeling_qwen3_5.torch_chunk_gated_delta_rule)
+    else:
+        from gdn.torch import chunk_gated_delta_rule as fn
+    l2norm = impl != "gdn.torch-raw"
+    leaves = [qkv, g, beta]
+
+    def run():
+        xs = [x.detach().requires_grad_(backward) for x in leaves]
+        q, k, v = _split(xs[0])
+        o, _ = fn(q, k, v, g=xs[1], beta=xs[2], use_qk_l2norm_in_kernel=l2norm)
+        if backward:
+            torch.autograd.backward(o, d_out)
+    return run
+
+
+def _c_api_runner(qkv, g, beta, d_out, backward):
+    import torch
+    from gdn import _capi
+    q, k, v = _split(qkv)
+    problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1))
+    ctx = _capi.Context("cpu", torch.get_num_threads())
+    out = torch.empty_like(v)
+    grads = [torch.empty_like(x) for x in (q, k, v, g, beta)]
+    out_t, d_out_t = _capi.tensor(out), _capi.tensor(d_out)
+    grads_t = _capi.Grads(*(_capi.tensor(x) for x in grads[:3]), _capi.tensor(grads[3].unsqueeze(-1)),
+                          _capi.tensor(grads[4].unsqueeze(-1)), _capi.Tensor())
+
+    def run():
+        ctx.forward(problem, out_t, None)
+        if backward:
+            ctx.backward(problem, d_out_t, None, grads_t)
+    run.keep_alive = (ctx, out, grads, q, k, v, g, beta, d_out)
+    return run
+
+
+def _worker(impl, T, backward, threads, min_time, min_runs):
+    import torch
+    torch.set_num_threads(threads)
+    run = _runner(impl, T, backward)
+    baseline = _rss_mb("VmRSS")
+    run()  # warm-up: first-touch allocations, thread pools
+    walls, cpus = [], []
+    start = time.perf_counter()
+    while len(walls) < min_runs or time.perf_counter() - start < min_time:
+        w0, c0 = time.perf_counter(), time.process_time()
+        run()
+        walls.append((time.perf_counter() - w0) * 1e3)
+        cpus.append((time.process_time() - c0) * 1e3)
+    print(json.dumps(dict(wall_ms=statistics.median(walls), cpu_ms=statistics.median(cpus), runs=len(walls),
+                          peak_mb=_rss_mb("VmHWM") - baseline)))
+
+
+def _measure(impl, T, backward, args):
+    cmd = [sys.executable, "-m", "gdn.bench", "--worker", impl, str(T), "1" if backward else "0",
+           "--threads", str(args.threads), "--min-time", str(args.min_time), "--min-runs", str(args.min_runs)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{impl} T={T} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _gflops(T, backward, wall_ms):
+    per_token = (8 + (24 if backward else 0)) * SHAPE["K"] * SHAPE["V"] * SHAPE["HV"]
+    return per_token * T / (wall_ms * 1e-3) / 1e9
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m gdn.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[512, 4096], help="T values (default 512 4096)")
+    parser.add_argument("--threads", type=int, default=2, help="threads for torch and gdn (default 2)")
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds of runs per measurement")
+    parser.add_argument("--min-runs", type=int, default=3)
+    parser.add_argument("--worker", nargs=3, metavar=("IMPL", "T", "BACKWARD"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        impl, T, backward = args.worker
+        return _worker(impl, int(T), backward == "1", args.threads, args.min_time, args.min_runs)
+
+    print(f"gdn.bench: Qwen3.5-27B delta-net shape (Hk {SHAPE['H']}, Hv {SHAPE['HV']}, head size {SHAPE['K']}), "
+          f"B = 1, float32, {args.threads} threads; each cell its own process")
+    print()
+    print("| T | pass | transformers ms (CPU ms) | gdn ms (CPU ms) | speedup wall / CPU | transformers peak MB "
+          "| gdn peak MB | gdn GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    overheads = []
+    for T in args.tokens:
+        for backward in (False, True):
+            hf, ours = _measure("transformers", T, backward, args), _measure("gdn", T, backward, args)
+            print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {hf['wall_ms']:.1f} ({hf['cpu_ms']:.0f}) "
+                  f"| {ours['wall_ms']:.1f} ({ours['cpu_ms']:.0f}) "
+                  f"| {hf['wall_ms'] / ours['wall_ms']:.1f}x / {hf['cpu_ms'] / ours['cpu_ms']:.1f}x "
+                  f"| {hf['peak_mb']:.0f} | {ours['peak_mb']:.0f} | {_gflops(T, backward, ours['wall_ms']):.1f} |",
+                  flush=True)
+            raw, direct = _measure("gdn.torch-raw", T, backward, args), _measure("c-api", T, backward, args)
+            overheads.append((T, backward, raw, direct))
+    print()
+    print("What the binding costs: gdn.torch against the C API called directly (ctypes), same pre-normalised inputs")
+    print()
+    print("| T | pass | C API ms | gdn.torch ms | overhead |")
+    print("|---|---|---|---|---|")
+    for T, backward, raw, direct in overheads:
+        print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {direct['wall_ms']:.2f} | {raw['wall_ms']:.2f} "
+              f"| {100 * (raw['wall_ms'] / direct['wall_ms'] - 1):+.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
