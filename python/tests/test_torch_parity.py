@@ -163,3 +163,25 @@ def test_fla_naive_references(kind):
     # float32 precision; the recurrent one is float64 throughout.
     limit = 1e-20 if kind == "recurrent" else 1e-13
     assert max(fwd) < limit and max(bwd) < limit, (fwd, bwd)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tensors_on_the_cuda_backend_and_current_stream():
+    import gdn
+    if not gdn.backend_available("cuda"):
+        pytest.skip("this build of gdn has no cuda backend")
+    leaves, views = make_inputs(2, 100, 4, 8, 64, 64, "weak", True, seed=12, packed=True)
+    d_out = torch.randn(2, 100, 8, 64, dtype=torch.float64)
+    d_state = torch.randn(2, 8, 64, 64, dtype=torch.float64)
+    o_ref, s_ref, loss_ref = run(hf.chunk64, views(leaves), d_out, d_state)
+    grads_ref = torch.autograd.grad(loss_ref, leaves)
+    cuda = [x.detach().float().cuda().requires_grad_() for x in leaves]
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # the op runs on the caller's current stream
+        o, s, loss = run(gt.chunk_gated_delta_rule, views(cuda), d_out.float().cuda(), d_state.float().cuda())
+        grads = torch.autograd.grad(loss, cuda)
+    torch.cuda.synchronize()
+    assert o.device.type == "cuda"
+    assert nmse(o.cpu(), o_ref) < FORWARD_NMSE_F32 and nmse(s.cpu(), s_ref) < FORWARD_NMSE_F32
+    for a, b in zip(grads, grads_ref):
+        assert nmse(a.cpu(), b) < BACKWARD_NMSE_F32
