@@ -51,11 +51,20 @@ gdn_status guarded(gdn_context *ctx, Fn &&fn) {
 
 namespace {
 
+// The values of cu_seqlens, read by the backend (they may live on a device) and checked.
+template <class Args>
+gdn::Status read_offsets(gdn_context *ctx, Args &args) {
+    if (args.cu_seqlens == nullptr) return {};
+    GDN_TRY(ctx->backend->read_offsets(*args.cu_seqlens, args.offsets));
+    return gdn::validate_offsets(args.dims, args.offsets);
+}
+
 gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, bool compute) {
     if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
     return guarded(ctx, [&]() -> gdn::Status {
         gdn::ForwardArgs args;
         GDN_TRY(gdn::validate_forward(p, out, states, args));
+        GDN_TRY(read_offsets(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, false));
         if (!compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
         return ctx->backend->forward(args);
@@ -68,6 +77,7 @@ gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor
     return guarded(ctx, [&]() -> gdn::Status {
         gdn::BackwardArgs args;
         GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
+        GDN_TRY(read_offsets(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, true));
         const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;
         if (!compute || !wanted) return {};  // nothing asked for

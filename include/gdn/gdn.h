@@ -12,6 +12,9 @@
  * Every call validates all of its arguments before it writes anything: on error the outputs
  * are untouched and gdn_last_error(ctx) names the tensor, dimension and values at fault.
  *
+ * Packed variable-length batches: set gdn_problem.cu_seqlens (N + 1 offsets, as FLA's
+ * cu_seqlens). The rules (shapes, snapshots, pointer kinds, errors) are in docs/VARLEN.md.
+ *
  * Thread safety: a gdn_context is used by one thread at a time; distinct contexts may be used
  * concurrently from distinct threads. */
 #ifndef GDN_GDN_H
@@ -39,7 +42,10 @@ extern "C" {
 #define GDN_VERSION_MINOR 1
 #define GDN_VERSION_PATCH 0
 
-typedef enum { GDN_TYPE_F32 = 0, GDN_TYPE_F64 = 1, GDN_TYPE_F16 = 2, GDN_TYPE_BF16 = 3 } gdn_type;
+typedef enum {
+    GDN_TYPE_F32 = 0, GDN_TYPE_F64 = 1, GDN_TYPE_F16 = 2, GDN_TYPE_BF16 = 3,
+    GDN_TYPE_I32 = 4, GDN_TYPE_I64 = 5   /* integers: only for gdn_problem.cu_seqlens */
+} gdn_type;
 
 typedef struct gdn_tensor {
     void    *data;    /* host pointer (ref, cpu) or device pointer (cuda); NULL = absent */
@@ -59,6 +65,16 @@ typedef struct gdn_problem {              /* the forward's inputs, shared by bot
     gdn_tensor   state;                   /* s0, [Sk,Sv,Hv,B]; data == NULL: zero initial state */
     float        scale;                   /* 0: 1/sqrt(Sk) */
     gdn_head_map head_map;
+    /* Packed variable-length sequences (docs/VARLEN.md); data == NULL: absent, every tensor as
+     * above. Present: I32 or I64, ne = {N+1, 1, 1, 1}, contiguous, offsets strictly increasing
+     * from 0 to T (no empty sequence). q/k/v/g/beta/out and their gradients are one packed
+     * stream (ne[3] = 1, ne[2] = T = total tokens), sequence n being tokens
+     * [cu_seqlens[n], cu_seqlens[n+1]); state and grads.state are [Sk, Sv, Hv, N], states and
+     * d_states [Sk, Sv, Hv, N*K] (slot s of sequence n at index s*N + n).
+     * Memory: host memory on ref and cpu. On cuda: host memory (read at the call, no
+     * synchronisation; the usual case) or device memory (copied back at the call: the call
+     * synchronises with the context's stream once, and cannot be captured in a CUDA graph). */
+    gdn_tensor   cu_seqlens;
 } gdn_problem;
 
 typedef struct gdn_grads { gdn_tensor q, k, v, g, beta, state; } gdn_grads;  /* data == NULL: not wanted */

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/problem.h"
 #include "core/status.h"
@@ -21,6 +22,10 @@ public:
     // Backend-specific limits (types, head sizes) on top of the common validation:
     // GDN_ERROR_TYPE or GDN_ERROR_UNSUPPORTED naming the limit, or success.
     virtual Status supports(const Dims &dims, bool backward) const = 0;
+
+    // Copies the validated cu_seqlens tensor (I32 or I64, N + 1 entries) to the host as int64:
+    // its values are checked before the call runs. Host memory by default (core/sequences.h).
+    virtual Status read_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets);
 
     virtual Status forward(const ForwardArgs &args) = 0;
     virtual Status backward(const BackwardArgs &args) = 0;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "gdn/gdn.h"
 
@@ -15,6 +16,8 @@ struct Dims {
     int64_t T = 0;            // tokens
     int64_t B = 0, Bq = 0;    // sequences, q/k sequences (B % Bq == 0)
     int64_t K = 1;            // state snapshots
+    int64_t N = 0;            // packed sequences (cu_seqlens); 0: none, B and Bq as above.
+                              // With N > 0: B = Bq = 1, T = total tokens, states index s*N + n
     int64_t gate_width = 1;   // 1 = GDA (scalar gate), Sk = KDA (per key channel)
     double scale = 1.0;       // resolved: never 0
     gdn_head_map head_map = GDN_HEAD_MAP_TILED;
@@ -26,6 +29,8 @@ struct Dims {
         return head_map == GDN_HEAD_MAP_TILED ? value_head % Hk : value_head / (Hv / Hk);
     }
     int64_t qk_sequence(int64_t sequence) const { return sequence / (B / Bq); }
+    // Sequences that own a state: N packed sequences, else B.
+    int64_t state_sequences() const { return N > 0 ? N : B; }
     // Snapshots the forward writes: slots 0 .. min(K, T) - 1.
     int64_t written_slots() const { return K < T ? K : T; }
     // The j-th value head (0 <= j < Hv/Hk) that reads key head kh, in ascending order.
@@ -40,6 +45,8 @@ struct ForwardArgs {
     const gdn_tensor *s0;      // nullptr: zero initial state
     const gdn_tensor *out;     // nullptr: not wanted
     const gdn_tensor *states;  // nullptr: not wanted; dims.K slots otherwise
+    const gdn_tensor *cu_seqlens = nullptr;  // nullptr: no packed sequences
+    std::vector<int64_t> offsets;            // dims.N + 1 host copies of cu_seqlens (validated)
 };
 
 struct BackwardArgs {
@@ -49,6 +56,8 @@ struct BackwardArgs {
     const gdn_tensor *d_out;     // nullptr: zero
     const gdn_tensor *d_states;  // nullptr: zero
     const gdn_tensor *dq, *dk, *dv, *dg, *dbeta, *ds0;  // nullptr: not wanted
+    const gdn_tensor *cu_seqlens = nullptr;  // nullptr: no packed sequences
+    std::vector<int64_t> offsets;            // dims.N + 1 host copies of cu_seqlens (validated)
 };
 
 }  // namespace gdn

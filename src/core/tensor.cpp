@@ -12,6 +12,8 @@ size_t type_size(gdn_type type) {
         case GDN_TYPE_F64: return 8;
         case GDN_TYPE_F16: return 2;
         case GDN_TYPE_BF16: return 2;
+        case GDN_TYPE_I32: return 4;
+        case GDN_TYPE_I64: return 8;
     }
     return 0;
 }
@@ -22,6 +24,8 @@ const char *type_name(gdn_type type) {
         case GDN_TYPE_F64: return "F64";
         case GDN_TYPE_F16: return "F16";
         case GDN_TYPE_BF16: return "BF16";
+        case GDN_TYPE_I32: return "I32";
+        case GDN_TYPE_I64: return "I64";
     }
     return "unknown";
 }

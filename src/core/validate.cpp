@@ -21,7 +21,8 @@ int stored_value(const Enum &field) {
     return value;
 }
 
-bool is_type(int value) { return value >= GDN_TYPE_F32 && value <= GDN_TYPE_BF16; }
+bool is_type(int value) { return value >= GDN_TYPE_F32 && value <= GDN_TYPE_I64; }
+bool is_integer_type(gdn_type type) { return type == GDN_TYPE_I32 || type == GDN_TYPE_I64; }
 
 struct Named {
     const char *name;
@@ -78,6 +79,26 @@ Status check_same_type(const Named &t, gdn_type type) {
     return {};
 }
 
+// N from the offsets tensor of packed sequences (docs/VARLEN.md): its type, shape and layout,
+// and the one packed stream it implies (B = Bq = 1). Its values are checked by
+// validate_offsets once the backend has read them.
+Status resolve_packed_sequences(const Named &t, Dims &d) {
+    const gdn_tensor &x = *t.tensor;
+    GDN_TRY(check_tensor(t));
+    if (!is_integer_type(x.type))
+        return fail(GDN_ERROR_TYPE, "cu_seqlens.type = %s: the offsets of packed sequences are I32 or I64", type_name(x.type));
+    if (x.ne[1] != 1 || x.ne[2] != 1 || x.ne[3] != 1)
+        return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] must be [N+1, 1, 1, 1]",
+                    x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
+    if (x.ne[0] < 2)
+        return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne[0] = %" PRId64 ": N + 1 offsets for N >= 1 sequences need at least 2", x.ne[0]);
+    if (d.B != 1 || d.Bq != 1)
+        return fail(GDN_ERROR_SHAPE, "q.ne[3] = %" PRId64 ", v.ne[3] = %" PRId64 " but with cu_seqlens the sequences are one packed stream (both must be 1)",
+                    d.Bq, d.B);
+    d.N = x.ne[0] - 1;
+    return {};
+}
+
 // Sizes from q, k, v, g, beta and the optional s0.
 Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs) {
     if (p == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "problem is NULL");
@@ -92,6 +113,8 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
     inputs = {q, k, v, g, beta};
     if (p->state.data != nullptr) inputs.push_back({"state", &p->state});
     for (const Named &t : inputs) GDN_TRY(check_tensor(t));
+    if (is_integer_type(p->q.type))
+        return fail(GDN_ERROR_TYPE, "q.type = %s: integer types are only for cu_seqlens", type_name(p->q.type));
     for (const Named &t : inputs) GDN_TRY(check_same_type(t, p->q.type));
 
     d.type = p->q.type;
@@ -117,12 +140,27 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
     d.gate_width = p->g.ne[0];
     GDN_TRY(check_shape(g, d.gate_width, d.Hv, d.T, d.B, "g is [1 or Sk, Hv, T, B]"));
     GDN_TRY(check_shape(beta, 1, d.Hv, d.T, d.B, "beta is [1, Hv, T, B]"));
-    if (p->state.data != nullptr) GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.B, "state is [Sk, Sv, Hv, B]"));
+    if (p->cu_seqlens.data != nullptr) {
+        const Named offsets{"cu_seqlens", &p->cu_seqlens};
+        GDN_TRY(resolve_packed_sequences(offsets, d));
+        inputs.push_back(offsets);
+    }
+    if (p->state.data != nullptr) {
+        if (d.N > 0) GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, state is [Sk, Sv, Hv, N]"));
+        else GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.B, "state is [Sk, Sv, Hv, B]"));
+    }
     return {};
 }
 
-// K from a states-shaped tensor [Sk, Sv, Hv, B*K].
+// K from a states-shaped tensor [Sk, Sv, Hv, B*K] (N*K with packed sequences).
 Status resolve_slots(const Named &t, Dims &d) {
+    if (d.N > 0) {
+        if (t.tensor->ne[3] % d.N != 0)
+            return fail(GDN_ERROR_SHAPE, "%s.ne[3] = %" PRId64 " is not a multiple of N = %" PRId64 " (cu_seqlens.ne[0] - 1; it is N*K for K snapshots)",
+                        t.name, t.tensor->ne[3], d.N);
+        d.K = t.tensor->ne[3] / d.N;
+        return check_shape(t, d.Sk, d.Sv, d.Hv, d.N * d.K, "with cu_seqlens, states are [Sk, Sv, Hv, N*K]");
+    }
     if (t.tensor->ne[3] % d.B != 0)
         return fail(GDN_ERROR_SHAPE, "%s.ne[3] = %" PRId64 " is not a multiple of v.ne[3] = %" PRId64 " (it is B*K for K snapshots)",
                     t.name, t.tensor->ne[3], d.B);
@@ -185,7 +223,8 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
         if (p->state.data != nullptr && same_view(*states, p->state)) in_place = states;
     }
     GDN_TRY(check_aliasing(inputs, outputs, in_place, &p->state));
-    args = ForwardArgs{d, &p->q, &p->k, &p->v, &p->g, &p->beta, if_present(&p->state), if_present(out), if_present(states)};
+    args = ForwardArgs{d, &p->q, &p->k, &p->v, &p->g, &p->beta, if_present(&p->state), if_present(out), if_present(states),
+                       if_present(&p->cu_seqlens), {}};
     return {};
 }
 
@@ -222,7 +261,8 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
             const int64_t *ne = shape_of[i]->ne;
             GDN_TRY(check_shape(t, ne[0], ne[1], ne[2], ne[3], "a gradient has the shape of its input"));
         } else {
-            GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.B, "the state gradient is [Sk, Sv, Hv, B]"));
+            if (d.N > 0) GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, the state gradient is [Sk, Sv, Hv, N]"));
+            else GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.B, "the state gradient is [Sk, Sv, Hv, B]"));
         }
         outputs.push_back(t);
     }
@@ -241,7 +281,31 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
                         if_present(&grads->v),
                         if_present(&grads->g),
                         if_present(&grads->beta),
-                        if_present(&grads->state)};
+                        if_present(&grads->state),
+                        if_present(&p->cu_seqlens),
+                        {}};
+    return {};
+}
+
+Status validate_offsets(const Dims &d, const std::vector<int64_t> &offsets) {
+    if (static_cast<int64_t>(offsets.size()) != d.N + 1)
+        return fail(GDN_ERROR_BACKEND, "internal error: %zu offsets read for N = %" PRId64, offsets.size(), d.N);
+    if (offsets[0] != 0)
+        return fail(GDN_ERROR_SHAPE, "cu_seqlens[0] = %" PRId64 ": the first offset must be 0", offsets[0]);
+    for (int64_t n = 0; n < d.N; ++n) {
+        const int64_t begin = offsets[n], end = offsets[n + 1];
+        if (end == begin)
+            return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = cu_seqlens[%" PRId64 "] = %" PRId64
+                        ": sequence %" PRId64 " is empty (every sequence needs at least one token)", n, n + 1, end, n);
+        if (end < begin)
+            return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " < cu_seqlens[%" PRId64 "] = %" PRId64
+                        ": offsets must increase", n + 1, end, n, begin);
+        if (end > d.T)
+            return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " exceeds q.ne[2] = %" PRId64 " (tokens)", n + 1, end, d.T);
+    }
+    if (offsets[d.N] != d.T)
+        return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " but the last offset must be q.ne[2] = %" PRId64 " (tokens)",
+                    d.N, offsets[d.N], d.T);
     return {};
 }
 

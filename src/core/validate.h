@@ -2,6 +2,8 @@
 // checked before any backend runs, so that a failed call has written nothing.
 #pragma once
 
+#include <vector>
+
 #include "core/problem.h"
 #include "core/status.h"
 
@@ -11,5 +13,8 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
 
 Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                          const gdn_grads *grads, BackwardArgs &args);
+
+// The values of cu_seqlens (read to the host by the backend): 0, strictly increasing, T last.
+Status validate_offsets(const Dims &dims, const std::vector<int64_t> &offsets);
 
 }  // namespace gdn

@@ -3,17 +3,24 @@
 // Work is split by group = (q/k sequence, key head): a group's units (every sequence and value
 // head that reads that key head) run on one worker, in a fixed order, so dq and dk are summed
 // without atomics and every thread count gives the same bits. (The forward, whose units are
-// independent, also splits groups into slices of units when there are fewer groups than threads.) Long inputs use the chunked (WY)
+// independent, also splits groups into slices of units when there are fewer groups than threads.)
+// Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
+// items are (sequence, group), assigned to threads by a static partition weighted by length
+// (ThreadPool::run_weighted), so many short sequences keep every thread busy and a chunk never
+// crosses a sequence boundary. Long inputs use the chunked (WY)
 // form (chunk_*.cpp); decoding-size inputs (T up to a measured crossover, when chunk_size is 0) and
 // chunk_size = 1 use the per-token recurrence: cpu/token_forward.cpp (vectorised) forward,
 // src/math/token_driver.h in float backward.
 //
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
+#include <deque>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/sequences.h"
 #include "core/tensor.h"
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
@@ -47,71 +54,99 @@ public:
         return {};
     }
 
-    Status forward(const ForwardArgs &a) override {
-        const Dims &d = a.dims;
+    Status forward(const ForwardArgs &packed) override {
+        const std::vector<const ForwardArgs *> calls = split_sequences(packed, forward_calls_);
+        const Dims widest = longest(calls);
         const int threads = pool_.size();
-        if (per_token(d, per_token_max_tokens_forward)) {
-            token_forward_.resize(threads);
-            workspace_ = 0;
-            for (auto &s : token_forward_) {
-                s.resize(d);
-                workspace_ += s.bytes();
+        const int64_t max_chunk = chunk_length(widest);
+        const int64_t units = widest.value_heads_per_key_head() * widest.sequences_per_qk_sequence();
+        // Work items: a per-token unit (b, h) of a short call, or a slice of a group of a chunked
+        // one. Fewer groups than threads: split each group's units into slices so every thread works.
+        int64_t chunk_groups = 0;
+        for (const ForwardArgs *a : calls)
+            if (!per_token(a->dims, per_token_max_tokens_forward)) chunk_groups += a->dims.Bq * a->dims.Hk;
+        const int64_t slices =
+            chunk_groups == 0 || chunk_groups >= threads ? 1 : std::min<int64_t>(units, (threads + chunk_groups - 1) / chunk_groups);
+        items_.clear();
+        for (size_t c = 0; c < calls.size(); ++c) {
+            const Dims &d = calls[c]->dims;
+            if (per_token(d, per_token_max_tokens_forward)) {
+                for (int64_t unit = 0; unit < d.B * d.Hv; ++unit) items_.push_back({c, unit, -1, 0, 1, d.T});
+            } else {
+                for (int64_t group = 0; group < d.Bq * d.Hk; ++group)
+                    for (int64_t slice = 0; slice < slices; ++slice)
+                        items_.push_back({c, group, group, slice * units / slices, (slice + 1) * units / slices, d.T});
             }
-            pool_.run(d.B * d.Hv, [&](int64_t unit, int worker) {
-                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, token_forward_[worker]);
-            });
-            return {};
         }
-        const int64_t max_chunk = chunk_length(d);
-        plan(d, *a.g, max_chunk);
+        plan(calls, max_chunk);
+        token_forward_.resize(threads);
         forward_.resize(threads);
         workspace_ = plan_bytes();
-        for (auto &w : forward_) {
-            w.resize(d, max_chunk);
-            workspace_ += w.bytes();
+        for (int w = 0; w < threads; ++w) {
+            token_forward_[w].resize(widest);
+            workspace_ += token_forward_[w].bytes();
+            if (chunk_groups > 0) {
+                forward_[w].resize(widest, max_chunk);
+                workspace_ += forward_[w].bytes();
+            }
         }
-        // Fewer groups than threads: split each group's units into slices so every thread works.
-        const int64_t groups = d.Bq * d.Hk, units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
-        const int64_t slices = groups >= threads ? 1 : std::min<int64_t>(units, (threads + groups - 1) / groups);
-        pool_.run(groups * slices, [&](int64_t item, int worker) {
-            const int64_t group = item / slices, slice = item % slices;
-            cpu::forward_group(a, group / d.Hk, group % d.Hk, plans_[group], slice * units / slices,
-                               (slice + 1) * units / slices, forward_[worker]);
+        pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
+            const WorkItem &item = items_[i];
+            const ForwardArgs &a = *calls[item.call];
+            const Dims &d = a.dims;
+            if (item.plan < 0) {
+                cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker]);
+            } else {
+                cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, plans_[plan_index(item)], item.unit_begin,
+                                   item.unit_end, forward_[worker]);
+            }
         });
         return {};
     }
 
-    Status backward(const BackwardArgs &a) override {
-        const Dims &d = a.dims;
+    Status backward(const BackwardArgs &packed) override {
+        const std::vector<const BackwardArgs *> calls = split_sequences(packed, backward_calls_);
+        const Dims widest = longest(calls);
         const int threads = pool_.size();
-        if (per_token(d, per_token_max_tokens_backward)) {
+        const bool tokens = per_token(widest, per_token_max_tokens_backward);  // chunk_size = 1: every call
+        items_.clear();
+        for (size_t c = 0; c < calls.size(); ++c) {
+            const Dims &d = calls[c]->dims;
+            for (int64_t group = 0; group < d.Bq * d.Hk; ++group) items_.push_back({c, group, tokens ? -1 : group, 0, 0, d.T});
+        }
+        if (tokens) {
             token_backward_.resize(threads);
             workspace_ = 0;
             for (auto &s : token_backward_) {
-                s.resize(d, token::default_segment(d.T));
+                s.resize(widest, token::default_segment(widest.T));  // fits every call's T
                 workspace_ += s.bytes();
             }
-            pool_.run(d.Bq * d.Hk, [&](int64_t group, int worker) {
-                token::backward_group(a, group / d.Hk, group % d.Hk, token_backward_[worker]);
+            pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
+                const WorkItem &item = items_[i];
+                const BackwardArgs &a = *calls[item.call];
+                token::backward_group(a, item.group / a.dims.Hk, item.group % a.dims.Hk, token_backward_[worker]);
             });
             return {};
         }
-        const int64_t max_chunk = chunk_length(d);
-        plan(d, *a.g, max_chunk);
-        BackwardLayout widest;
-        for (const auto &ends : plans_) {
-            const BackwardLayout l = BackwardLayout::of(static_cast<int64_t>(ends.size()), d.T, max_chunk);
-            widest.chunks_per_segment = std::max(widest.chunks_per_segment, l.chunks_per_segment);
-            widest.segments = std::max(widest.segments, l.segments);
+        const int64_t max_chunk = chunk_length(widest);
+        plan(calls, max_chunk);
+        BackwardLayout widest_layout;
+        for (const WorkItem &item : items_) {
+            const BackwardLayout l = BackwardLayout::of(static_cast<int64_t>(plans_[plan_index(item)].size()),
+                                                        calls[item.call]->dims.T, max_chunk);
+            widest_layout.chunks_per_segment = std::max(widest_layout.chunks_per_segment, l.chunks_per_segment);
+            widest_layout.segments = std::max(widest_layout.segments, l.segments);
         }
         backward_.resize(threads);
         workspace_ = plan_bytes();
         for (auto &w : backward_) {
-            w.resize(d, max_chunk, widest);
+            w.resize(widest, max_chunk, widest_layout);
             workspace_ += w.bytes();
         }
-        pool_.run(d.Bq * d.Hk, [&](int64_t group, int worker) {
-            cpu::backward_group(a, group / d.Hk, group % d.Hk, plans_[group], backward_[worker]);
+        pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
+            const WorkItem &item = items_[i];
+            const BackwardArgs &a = *calls[item.call];
+            cpu::backward_group(a, item.group / a.dims.Hk, item.group % a.dims.Hk, plans_[plan_index(item)], backward_[worker]);
         });
         return {};
     }
@@ -129,12 +164,57 @@ private:
         return std::min(c, d.T);
     }
 
-    // Chunk ends of every group; the vectors are sized first, so the parallel planning allocates nothing.
-    void plan(const Dims &d, const gdn_tensor &g, int64_t max_chunk) {
-        plans_.resize(d.Bq * d.Hk);
-        for (auto &p : plans_) p.reserve(d.T);
-        pool_.run(d.Bq * d.Hk, [&](int64_t group, int) {
-            cpu::plan_chunks(cpu::GroupRef{&g, &d, group / d.Hk, group % d.Hk}, max_chunk, plans_[group]);
+    // One unit of scheduled work: in call `call` (a packed sequence, or the whole unpacked call),
+    // group = (q/k sequence, key head) for chunked items, or the unit (b, h) for a per-token
+    // forward (plan < 0); units [unit_begin, unit_end) of the group; the call's tokens.
+    struct WorkItem {
+        size_t call;
+        int64_t group, plan, unit_begin, unit_end, tokens;
+    };
+
+    // Weights of the static partition: tokens times units, plus a per-item cost of loading and
+    // storing states and planning (about kItemOverheadTokens tokens' work), so that many short
+    // sequences spread as evenly as a few long ones. The weights only balance the load; results
+    // do not depend on them.
+    static constexpr int64_t kItemOverheadTokens = 8;
+    std::vector<int64_t> item_weights() const {
+        std::vector<int64_t> weights;
+        weights.reserve(items_.size());
+        for (const WorkItem &item : items_)
+            weights.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin));
+        return weights;
+    }
+
+    // Plans are per (call, group); items of one group (its slices) share one.
+    size_t plan_index(const WorkItem &item) const { return plan_of_item_[&item - items_.data()]; }
+
+    // Chunk ends of every chunked (call, group); the vectors are sized first, so the parallel
+    // planning allocates nothing.
+    template <class Args>
+    void plan(const std::vector<const Args *> &calls, int64_t max_chunk) {
+        plan_of_item_.resize(items_.size());
+        plan_refs_.clear();
+        for (size_t i = 0; i < items_.size(); ++i) {
+            const WorkItem &item = items_[i];
+            if (item.plan < 0) continue;
+            const bool first_slice = i == 0 || items_[i - 1].call != item.call || items_[i - 1].group != item.group ||
+                                     items_[i - 1].plan < 0;
+            if (first_slice) plan_refs_.push_back({item.call, item.group});
+            plan_of_item_[i] = plan_refs_.size() - 1;
+        }
+        plans_.resize(plan_refs_.size());
+        std::vector<int64_t> weights(plan_refs_.size());
+        for (size_t p = 0; p < plan_refs_.size(); ++p) {
+            const Dims &d = calls[plan_refs_[p].first]->dims;
+            plans_[p].clear();
+            plans_[p].reserve(d.T);
+            weights[p] = d.T + kItemOverheadTokens;
+        }
+        pool_.run_weighted(weights, [&](int64_t p, int) {
+            const Args &a = *calls[plan_refs_[p].first];
+            const Dims &d = a.dims;
+            const int64_t group = plan_refs_[p].second;
+            cpu::plan_chunks(cpu::GroupRef{a.g, &d, group / d.Hk, group % d.Hk}, std::min(max_chunk, d.T), plans_[p]);
         });
     }
 
@@ -146,6 +226,11 @@ private:
 
     cpu::ThreadPool pool_;
     int chunk_size_;
+    std::deque<SequenceForward> forward_calls_;    // views of the packed sequences of the current call
+    std::deque<SequenceBackward> backward_calls_;
+    std::vector<WorkItem> items_;
+    std::vector<size_t> plan_of_item_;
+    std::vector<std::pair<size_t, int64_t>> plan_refs_;  // (call, group) of each plan
     std::vector<std::vector<int64_t>> plans_;
     std::vector<cpu::ForwardWork> forward_;
     std::vector<cpu::BackwardWork> backward_;

@@ -39,6 +39,29 @@ void ThreadPool::run(int64_t items, const std::function<void(int64_t, int)> &fn)
     fn_ = nullptr;
 }
 
+void ThreadPool::run_weighted(const std::vector<int64_t> &weights, const std::function<void(int64_t, int)> &fn) {
+    const int64_t items = static_cast<int64_t>(weights.size());
+    if (threads_ == 1 || items <= 1) {
+        for (int64_t i = 0; i < items; ++i) fn(i, 0);
+        return;
+    }
+    // Item i goes to the worker whose share of the total weight holds the item's midpoint.
+    std::vector<int64_t> first(threads_ + 1, items);
+    double total = 0.0;
+    for (int64_t w : weights) total += static_cast<double>(w);
+    double before = 0.0;
+    int worker = 0;
+    first[0] = 0;
+    for (int64_t i = 0; i < items; ++i) {
+        const double mid = before + 0.5 * static_cast<double>(weights[i]);
+        while (worker + 1 < threads_ && mid * threads_ >= total * (worker + 1)) first[++worker] = i;
+        before += static_cast<double>(weights[i]);
+    }
+    run(threads_, [&](int64_t range, int w) {
+        for (int64_t i = first[range]; i < first[range + 1]; ++i) fn(i, w);
+    });
+}
+
 void ThreadPool::worker_loop(int worker) {
     uint64_t seen = 0;
     for (;;) {

@@ -25,6 +25,11 @@ public:
     // items [w*items/size, (w+1)*items/size).
     void run(int64_t items, const std::function<void(int64_t, int)> &fn);
 
+    // Calls fn(item, worker) for item in [0, weights.size()), in contiguous ranges of items of
+    // about equal total weight, one range per worker (a static partition: which worker runs an
+    // item depends only on the weights and the thread count, never on timing).
+    void run_weighted(const std::vector<int64_t> &weights, const std::function<void(int64_t, int)> &fn);
+
 private:
     void worker_loop(int worker);
     void run_slice(int worker);

@@ -1,17 +1,22 @@
 // The cuda backend, host side: device checks, tensor views, the workspace, and the choice of
 // kernels. Every kernel runs on the context's stream (gdn_context_params.stream, NULL = the
 // default stream); no call synchronises with the host, and no call allocates once the
-// workspace has reached the size of the largest call so far.
+// workspace has reached the size of the largest call so far. Packed sequences (cu_seqlens) are
+// walked one after another, each with the kernels of an unpacked call (cuda/sequence_views.h);
+// offsets in device memory cost one synchronisation of the stream (read_offsets).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <climits>
 #include <memory>
 
 #include "core/backend.h"
+#include "core/sequences.h"
 #include "core/tensor.h"
 #include "cuda/cuda_status.h"
 #include "cuda/kernels.h"
+#include "cuda/sequence_views.h"
 #include "cuda/workspace.h"
 
 namespace gdn {
@@ -139,6 +144,32 @@ public:
         return {};
     }
 
+    // Packed sequences (docs/VARLEN.md): offsets in host memory are read in place; in device
+    // memory they are copied back on the context's stream, which synchronises it once.
+    Status read_offsets(const gdn_tensor &t, std::vector<int64_t> &offsets) override {
+        DeviceScope scope;
+        GDN_TRY(scope.enter(device_));
+        cudaPointerAttributes attr{};
+        const cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
+        if (e != cudaSuccess) cudaGetLastError();
+        if (e != cudaSuccess || attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost) {
+            read_host_offsets(t, offsets);
+            return {};
+        }
+        if (attr.type == cudaMemoryTypeDevice && attr.device != device_)
+            return fail(GDN_ERROR_INVALID_ARGUMENT, "cu_seqlens.data = %p is memory of device %d, but this context runs on device %d",
+                        t.data, attr.device, device_);
+        const size_t element = t.type == GDN_TYPE_I32 ? 4 : 8;
+        std::vector<uint8_t> bytes(static_cast<size_t>(t.ne[0]) * element);
+        GDN_CUDA_TRY(cudaMemcpyAsync(bytes.data(), t.data, bytes.size(), cudaMemcpyDeviceToHost, target_.stream),
+                     "copying cu_seqlens to the host");
+        GDN_CUDA_TRY(cudaStreamSynchronize(target_.stream), "waiting for cu_seqlens");
+        gdn_tensor host = t;
+        host.data = bytes.data();
+        read_host_offsets(host, offsets);
+        return {};
+    }
+
     Status forward(const ForwardArgs &a) override {
         DeviceScope scope;
         GDN_TRY(scope.enter(device_));
@@ -146,14 +177,24 @@ public:
         GDN_TRY(input_views(a, device_, w));
         GDN_TRY(view_of("out", a.out, device_, w.out));
         GDN_TRY(view_of("states", a.states, device_, w.states));
-        const cuda::Sizes n = sizes_of(a.dims);
-        if (use_chunked(n) && cuda::chunk_forward_takes(n, target_.shared_limit)) {
-            const cuda::ChunkForwardPlan plan = cuda::plan_chunk_forward(n);
-            return in_workspace(plan.bytes, "launching the chunked forward",
-                                [&](void *ws) { return cuda::launch_chunk_forward(w, n, plan, ws, target_); });
+        // One call, or one per packed sequence, each with its own choice of kernels; the
+        // workspace of the largest is reserved before anything is enqueued.
+        const auto calls = cuda::sequence_calls(w, sizes_of(a.dims), a.offsets);
+        std::vector<ForwardChoice> choices;
+        size_t bytes = 0;
+        for (const auto &c : calls) {
+            choices.push_back(choose_forward(c.sizes));
+            bytes = std::max(bytes, choices.back().bytes);
         }
-        GDN_CUDA_TRY(cuda::launch_token_forward(w, n, target_), "launching the per-token forward");
-        last_workspace_ = 0;
+        GDN_TRY(workspace_->reserve(bytes));
+        for (size_t i = 0; i < calls.size(); ++i) {
+            const ForwardChoice &c = choices[i];
+            if (c.chunked)
+                GDN_CUDA_TRY(cuda::launch_chunk_forward(calls[i].views, calls[i].sizes, c.plan, workspace_->data(), target_),
+                             "launching the chunked forward");
+            else GDN_CUDA_TRY(cuda::launch_token_forward(calls[i].views, calls[i].sizes, target_), "launching the per-token forward");
+        }
+        last_workspace_ = bytes;
         return {};
     }
 
@@ -170,15 +211,24 @@ public:
         GDN_TRY(view_of("grads.g", a.dg, device_, w.dg));
         GDN_TRY(view_of("grads.beta", a.dbeta, device_, w.dbeta));
         GDN_TRY(view_of("grads.state", a.ds0, device_, w.ds0));
-        const cuda::Sizes n = sizes_of(a.dims);
-        if (use_chunked(n) && cuda::chunk_backward_takes(n, target_.shared_limit)) {
-            const cuda::ChunkBackwardPlan plan = cuda::plan_chunk_backward(n);
-            return in_workspace(plan.bytes, "launching the chunked backward",
-                                [&](void *ws) { return cuda::launch_chunk_backward(w, n, plan, ws, target_); });
+        const auto calls = cuda::sequence_calls(w, sizes_of(a.dims), a.offsets);
+        std::vector<BackwardChoice> choices;
+        size_t bytes = 0;
+        for (const auto &c : calls) {
+            choices.push_back(choose_backward(c.sizes));
+            bytes = std::max(bytes, choices.back().bytes());
         }
-        const cuda::TokenBackwardPlan plan = cuda::plan_token_backward(n, target_.shared_limit);
-        return in_workspace(plan.bytes, "launching the per-token backward",
-                            [&](void *ws) { return cuda::launch_token_backward(w, n, plan, ws, target_); });
+        GDN_TRY(workspace_->reserve(bytes));
+        for (size_t i = 0; i < calls.size(); ++i) {
+            const BackwardChoice &c = choices[i];
+            if (c.chunked)
+                GDN_CUDA_TRY(cuda::launch_chunk_backward(calls[i].views, calls[i].sizes, c.chunk, workspace_->data(), target_),
+                             "launching the chunked backward");
+            else GDN_CUDA_TRY(cuda::launch_token_backward(calls[i].views, calls[i].sizes, c.token, workspace_->data(), target_),
+                              "launching the per-token backward");
+        }
+        last_workspace_ = bytes;
+        return {};
     }
 
     uint64_t workspace_bytes() const override { return last_workspace_; }
@@ -188,14 +238,34 @@ private:
     // Below this many tokens the per-token kernel wins (and decoding is T = 1).
     static constexpr int64_t kChunkedFromTokens = 64;
 
-    // Makes `bytes` of workspace available before anything is written, then enqueues the
-    // kernels that use it.
-    template <class Launch>
-    Status in_workspace(size_t bytes, const char *what, Launch &&launch) {
-        GDN_TRY(workspace_->reserve(bytes));
-        GDN_CUDA_TRY(launch(workspace_->data()), what);
-        last_workspace_ = bytes;
-        return {};
+    // The kernels of one unpacked call (a whole call, or one packed sequence) and their workspace.
+    struct ForwardChoice {
+        bool chunked = false;
+        cuda::ChunkForwardPlan plan;
+        size_t bytes = 0;
+    };
+    ForwardChoice choose_forward(const cuda::Sizes &n) const {
+        ForwardChoice c;
+        c.chunked = use_chunked(n) && cuda::chunk_forward_takes(n, target_.shared_limit);
+        if (c.chunked) {
+            c.plan = cuda::plan_chunk_forward(n);
+            c.bytes = c.plan.bytes;
+        }
+        return c;
+    }
+
+    struct BackwardChoice {
+        bool chunked = false;
+        cuda::ChunkBackwardPlan chunk;
+        cuda::TokenBackwardPlan token;
+        size_t bytes() const { return chunked ? chunk.bytes : token.bytes; }
+    };
+    BackwardChoice choose_backward(const cuda::Sizes &n) const {
+        BackwardChoice c;
+        c.chunked = use_chunked(n) && cuda::chunk_backward_takes(n, target_.shared_limit);
+        if (c.chunked) c.chunk = cuda::plan_chunk_backward(n);
+        else c.token = cuda::plan_token_backward(n, target_.shared_limit);
+        return c;
     }
 
     // chunk_size = 1 in the context parameters asks for the per-token kernels throughout.

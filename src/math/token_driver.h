@@ -148,7 +148,7 @@ inline int64_t scratch_elements(const Dims &d, bool backward) {
 
 template <class In, class Acc>
 struct BackwardScratch {
-    int64_t seg = 1, segments = 1, units = 1;
+    int64_t seg = 1, segments = 1, units = 1;  // segments: capacity; a call of T tokens uses ceil(T / seg)
     std::vector<Acc> checkpoints;   // [units][segments][Sk*Sv]: state before each segment
     std::vector<Acc> carries;       // [units][Sk*Sv]: dL/dS at the current position
     std::vector<Acc> replay;        // [seg + 1][Sk*Sv]: S_{t0-1}, S_t0, ..., of one segment
@@ -185,6 +185,8 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, BackwardScrat
     const Shape<Acc> s = shape_of<Acc>(d);
     const int64_t area = d.Sk * d.Sv;
     const int64_t per_kh = d.value_heads_per_key_head(), per_bq = d.sequences_per_qk_sequence();
+    // The scratch may be sized for a longer call (packed sequences share one): this call's segments.
+    const int64_t segments = (d.T + w.seg - 1) / w.seg;
     auto unit_rows = [&](int64_t u) {
         const int64_t b = bq * per_bq + u / per_kh;
         return UnitRows(a.q, a.k, a.v, a.g, a.beta, d, b, d.value_head_of(kh, u % per_kh));
@@ -197,21 +199,21 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, BackwardScrat
         if (a.s0) load_state<In>(*a.s0, d, r.h, r.b, st);
         else std::fill(st, st + area, Acc(0));
         for (int64_t t = 0; t < d.T; ++t) {
-            if (t % w.seg == 0) std::copy(st, st + area, w.checkpoints.data() + (u * w.segments + t / w.seg) * area);
+            if (t % w.seg == 0) std::copy(st, st + area, w.checkpoints.data() + (u * segments + t / w.seg) * area);
             step_forward(s, w.token.load_token(r, d, t), st, static_cast<Acc *>(nullptr));
         }
     }
     std::fill(w.carries.begin(), w.carries.end(), Acc(0));
 
     // Reverse pass, one segment at a time, every unit of the group inside it.
-    for (int64_t segment = w.segments - 1; segment >= 0; --segment) {
+    for (int64_t segment = segments - 1; segment >= 0; --segment) {
         const int64_t t0 = segment * w.seg, t1 = std::min(d.T, t0 + w.seg);
         std::fill(w.dq.begin(), w.dq.end(), Acc(0));
         std::fill(w.dk.begin(), w.dk.end(), Acc(0));
         for (int64_t u = 0; u < w.units; ++u) {
             const UnitRows r = unit_rows(u);
             Acc *states = w.replay.data();  // states[(t - t0) * area] = S_{t-1}
-            std::copy_n(w.checkpoints.data() + (u * w.segments + segment) * area, area, states);
+            std::copy_n(w.checkpoints.data() + (u * segments + segment) * area, area, states);
             for (int64_t t = t0; t < t1; ++t) {
                 std::copy_n(states + (t - t0) * area, area, states + (t - t0 + 1) * area);
                 step_forward(s, w.token.load_token(r, d, t), states + (t - t0 + 1) * area, static_cast<Acc *>(nullptr));

@@ -1,9 +1,13 @@
 // The ref backend: the per-token recurrence of SPEC section 2 accumulating in double, one unit
 // after another on the calling thread. It is the oracle the other backends are held against:
-// clear before fast.
+// clear before fast. Packed sequences (cu_seqlens) are walked one after another.
 #include <cinttypes>
 
+#include <deque>
+#include <vector>
+
 #include "core/backend.h"
+#include "core/sequences.h"
 #include "math/token_driver.h"
 
 namespace gdn {
@@ -40,23 +44,31 @@ public:
     uint64_t workspace_bytes() const override { return workspace_; }
 
 private:
+    // Packed sequences run one after another, each as its own call on views (core/sequences.h).
     template <class In>
-    Status run_forward(const ForwardArgs &a) {
+    Status run_forward(const ForwardArgs &packed) {
+        std::deque<SequenceForward> storage;
+        const std::vector<const ForwardArgs *> calls = split_sequences(packed, storage);
         token::ForwardScratch<In, double> scratch;
-        scratch.resize(a.dims);  // allocate before anything is written
+        scratch.resize(packed.dims);  // allocate before anything is written
         workspace_ = sizeof(double) * (scratch.state.size() + scratch.o.size());
-        for (int64_t b = 0; b < a.dims.B; ++b)
-            for (int64_t h = 0; h < a.dims.Hv; ++h) token::forward_unit(a, b, h, scratch);
+        for (const ForwardArgs *a : calls)
+            for (int64_t b = 0; b < a->dims.B; ++b)
+                for (int64_t h = 0; h < a->dims.Hv; ++h) token::forward_unit(*a, b, h, scratch);
         return {};
     }
 
     template <class In>
-    Status run_backward(const BackwardArgs &a) {
+    Status run_backward(const BackwardArgs &packed) {
+        std::deque<SequenceBackward> storage;
+        const std::vector<const BackwardArgs *> calls = split_sequences(packed, storage);
+        const Dims longest_call = longest(calls);
         token::BackwardScratch<In, double> scratch;
-        scratch.resize(a.dims, token::default_segment(a.dims.T));
+        scratch.resize(longest_call, token::default_segment(longest_call.T));  // fits every call's T
         workspace_ = scratch.bytes();
-        for (int64_t bq = 0; bq < a.dims.Bq; ++bq)
-            for (int64_t kh = 0; kh < a.dims.Hk; ++kh) token::backward_group(a, bq, kh, scratch);
+        for (const BackwardArgs *a : calls)
+            for (int64_t bq = 0; bq < a->dims.Bq; ++bq)
+                for (int64_t kh = 0; kh < a->dims.Hk; ++kh) token::backward_group(*a, bq, kh, scratch);
         return {};
     }
 

@@ -1,6 +1,8 @@
 #include "case.h"
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "random.h"
 
@@ -35,7 +37,37 @@ std::string Case::label() const {
                   (long long)s.B, (long long)s.Bq, kda ? "channel" : "scalar",
                   heads == GDN_HEAD_MAP_TILED ? "tiled" : "grouped", strided ? "strided" : "contig", s0 ? 1 : 0,
                   (long long)s.K, gate_name(gate), beta_name(beta));
-    return buf;
+    std::string out = buf;
+    if (!cu_seqlens.empty()) {  // seqs=N: the lengths follow from (T, N), see packed_offsets
+        out.pop_back();
+        out += ",seqs=" + std::to_string(sequences()) + ")";
+    }
+    return out;
+}
+
+void Case::pack(int64_t n) {
+    shape.B = shape.Bq = 1;
+    cu_seqlens = packed_offsets(shape.T, n);
+}
+
+std::vector<int64_t> packed_offsets(int64_t T, int64_t N) {
+    Random rng(hash_string("packed_offsets") + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(T * 1000003 + N));
+    std::vector<double> weights(static_cast<size_t>(N));
+    double total = 0;
+    for (double &w : weights) total += w = std::exp(rng.uniform(0.0, std::log(static_cast<double>(T))));
+    // Every sequence gets one token, the other T - N are shared in proportion to the weights
+    // (floors, then the remainder one by one from the first sequence on).
+    std::vector<int64_t> lengths(static_cast<size_t>(N), 1);
+    int64_t left = T - N;
+    for (size_t n = 0; n < lengths.size(); ++n) {
+        const auto share = static_cast<int64_t>(std::floor(static_cast<double>(T - N) * weights[n] / total));
+        lengths[n] += share;
+        left -= share;
+    }
+    for (size_t n = 0; left > 0; n = (n + 1) % lengths.size(), --left) ++lengths[n];
+    std::vector<int64_t> offsets(1, 0);
+    for (int64_t len : lengths) offsets.push_back(offsets.back() + len);
+    return offsets;
 }
 
 uint64_t Case::seed(uint64_t run_seed) const {
@@ -238,12 +270,64 @@ std::vector<Case> model_cases(const std::string &model, int64_t Sk, int64_t Sv, 
     return out;
 }
 
+// Packed sequences (docs/VARLEN.md): lengths from 1 up, chunks that would cross boundaries,
+// snapshots, KDA, grouped heads, strided views, with and without s0; small enough for fd.
+void varlen_group(std::vector<Case> &out) {
+    Shape base;
+    base.Sk = base.Sv = 16;
+    base.Hk = 2;
+    base.Hv = 4;
+    base.T = 300;
+    auto packed = [&](Shape s, int64_t n, bool kda, bool strided) {
+        Case c = make("varlen", s, kda, strided);
+        c.pack(n);
+        c.strided = strided;
+        return c;
+    };
+    add_both_ops(out, packed(base, 7, false, true));
+    add_both_ops(out, packed(base, 40, true, false));
+    {
+        Shape s = base;
+        s.K = 3;
+        Case c = packed(s, 9, false, true);
+        c.heads = GDN_HEAD_MAP_GROUPED;
+        add_both_ops(out, c);
+    }
+    {
+        Case c = packed(base, 300, false, true);  // every sequence one token: decoding, packed
+        c.s0 = false;
+        add_both_ops(out, c);
+    }
+    {
+        Shape s = base;
+        s.Sk = s.Sv = 128;
+        s.Hk = 2;
+        s.Hv = 6;
+        s.T = 700;
+        add_both_ops(out, packed(s, 5, false, true));
+    }
+    {  // finite differences across boundaries (grad runs the fd and varlen groups on ref)
+        Shape s;
+        s.Sk = s.Sv = 4;
+        s.Hk = 2;
+        s.Hv = 4;
+        s.T = 13;
+        s.K = 2;
+        add_both_ops(out, packed(s, 4, false, true));
+        Case c = packed(s, 3, true, false);
+        c.group = "fd";
+        c.heads = GDN_HEAD_MAP_GROUPED;
+        add_both_ops(out, c);
+    }
+}
+
 std::vector<Case> default_cases() {
     std::vector<Case> out;
     seed_group(out);
     model_group(out);
     edge_group(out);
     fd_group(out);
+    varlen_group(out);
     return out;
 }
 
@@ -252,6 +336,10 @@ std::vector<Case> perf_cases() {
     for (const Case &c : model_cases("qwen3-next-80b-a3b", 128, 128, 16, 32, {4096}, "perf")) out.push_back(c);
     for (Case c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {512}, "perf")) {
         c.kda = true;
+        out.push_back(c);
+    }
+    for (Case c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {4096}, "perf")) {
+        c.pack(64);  // the 85% criterion of docs/VARLEN.md against the one 4096-token sequence
         out.push_back(c);
     }
     return out;

@@ -28,6 +28,16 @@ struct Case {
     Gate gate = Gate::Mild;
     BetaFill beta = BetaFill::Random;
     std::string model;                           // preset name for the model group, "" otherwise
+    // Packed sequences (cu_seqlens, docs/VARLEN.md): N + 1 offsets from 0 to shape.T, whose
+    // lengths are drawn by packed_offsets from (T, N); empty = not packed. Packed: B = Bq = 1.
+    std::vector<int64_t> cu_seqlens;
+
+    int64_t sequences() const { return cu_seqlens.empty() ? 0 : static_cast<int64_t>(cu_seqlens.size()) - 1; }
+    // Sequences that own a state (the states tensors' ne[3] is this times K).
+    int64_t state_sequences() const { return cu_seqlens.empty() ? shape.B : sequences(); }
+
+    // Packs the case's T tokens into n sequences (sets B = Bq = 1 and cu_seqlens).
+    void pack(int64_t n);
 
     // GATED_DELTA_NET_BACK(Sk=128,Sv=128,Hk=16,Hv=48,T=130,B=2,Bq=2,gate=scalar,heads=tiled,qk=strided,s0=1,K=1,g=mild,beta=rand)
     std::string label() const;
@@ -38,12 +48,17 @@ struct Case {
     double canonical_flops() const;
 };
 
+// N + 1 offsets from 0 to T (N <= T): a realistic mix of lengths, log-uniform between 1 and T
+// (many short sequences, a few long ones), every one at least 1, fixed by (T, N).
+std::vector<int64_t> packed_offsets(int64_t T, int64_t N);
+
 const char *gate_name(Gate g);
 const char *beta_name(BetaFill b);
 
 // Every case of the default list, in groups seed, model, edge, fd; each shape for both ops.
 std::vector<Case> default_cases();
-// The perf cases (group perf): 27B at T = 1, 512, 4096; 80B at 4096; a KDA case.
+// The perf cases (group perf): 27B at T = 1, 512, 4096; 80B at 4096; a KDA case; 27B with
+// 4096 tokens packed as 64 sequences (to compare with the one 4096-token sequence).
 std::vector<Case> perf_cases();
 
 // Model-shape cases (q/k/v as views into the packed conv buffer) for a model with these sizes,

@@ -1,5 +1,6 @@
 #include "finite_diff.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -13,6 +14,7 @@ namespace {
 
 struct Unit {
     int64_t b, h;
+    int64_t seq = -1;  // packed cases: the sequence of the perturbed element; -1 otherwise
 };
 
 struct Sizes {
@@ -53,41 +55,68 @@ public:
     UnitLoss(const Case &c, TensorSet &inputs, gdn_context *ref) : c_(c), in_(inputs), ref_(ref) {
         const Shape &s = c.shape;
         sz_ = {s.Sk, s.Sv, s.Hk, s.Hv, s.T, s.B, s.Bq, s.K, c.heads};
-        out_t_ = contiguous(out_, s.Sv, 1, s.T, 1);
-        states_t_ = contiguous(states_, s.Sk, s.Sv, 1, s.K);
     }
 
     double operator()(const Unit &u) {
         const Sizes &z = sz_;
         const int64_t kh = z.key_head(u.h), bq = z.qk_sequence(u.b);
+        // Packed cases: the unit over the perturbed element's sequence and its neighbours, as one
+        // packed call, so that the differences run across the sequence boundaries.
+        const std::vector<int64_t> &offsets = c_.cu_seqlens;
+        const bool packed = u.seq >= 0;
+        const int64_t first = packed ? std::max<int64_t>(0, u.seq - 1) : 0;
+        const int64_t last = packed ? std::min<int64_t>(c_.sequences(), u.seq + 2) : 1;  // sequences [first, last)
+        const int64_t t0 = packed ? offsets[first] : 0, T = packed ? offsets[last] - t0 : z.T;
+        const int64_t n_seq = last - first;
+        std::vector<int64_t> window;
+        for (int64_t n = first; n <= last && packed; ++n) window.push_back(offsets[n] - t0);
+        auto tokens = [&](const gdn_tensor &t, int64_t i1, int64_t i3, int64_t ne0) {
+            gdn_tensor v = sub(t, i1, i3, ne0, 1, T, 1);
+            v.data = static_cast<char *>(v.data) + t0 * t.nb[2];
+            return v;
+        };
         gdn_problem p{};
-        p.q = sub(in_.host("q"), kh, bq, z.Sk, 1, z.T, 1);
-        p.k = sub(in_.host("k"), kh, bq, z.Sk, 1, z.T, 1);
-        p.v = sub(in_.host("v"), u.h, u.b, z.Sv, 1, z.T, 1);
+        p.q = tokens(in_.host("q"), kh, bq, z.Sk);
+        p.k = tokens(in_.host("k"), kh, bq, z.Sk);
+        p.v = tokens(in_.host("v"), u.h, u.b, z.Sv);
         const gdn_tensor g = in_.host("g");
-        p.g = sub(g, u.h, u.b, g.ne[0], 1, z.T, 1);
-        p.beta = sub(in_.host("beta"), u.h, u.b, 1, 1, z.T, 1);
+        p.g = tokens(g, u.h, u.b, g.ne[0]);
+        p.beta = tokens(in_.host("beta"), u.h, u.b, 1);
         const gdn_tensor s0 = in_.host("state");
         if (s0.data) {
             p.state = s0;
-            p.state.data = static_cast<char *>(s0.data) + u.h * s0.nb[2] + u.b * s0.nb[3];
-            p.state.ne[2] = p.state.ne[3] = 1;
+            p.state.data = static_cast<char *>(s0.data) + u.h * s0.nb[2] + (packed ? first : u.b) * s0.nb[3];
+            p.state.ne[2] = 1;
+            p.state.ne[3] = packed ? n_seq : 1;
+        }
+        if (packed) {
+            p.cu_seqlens.data = window.data();
+            p.cu_seqlens.type = GDN_TYPE_I64;
+            p.cu_seqlens.ne[0] = n_seq + 1;
+            p.cu_seqlens.ne[1] = p.cu_seqlens.ne[2] = p.cu_seqlens.ne[3] = 1;
+            p.cu_seqlens.nb[0] = 8;
+            p.cu_seqlens.nb[1] = p.cu_seqlens.nb[2] = p.cu_seqlens.nb[3] = 8 * (n_seq + 1);
         }
         p.head_map = c_.heads;
-        if (gdn_forward(ref_, &p, &out_t_, &states_t_) != GDN_OK)
+        gdn_tensor out_t = contiguous(out_, z.Sv, 1, T, 1), states_t = contiguous(states_, z.Sk, z.Sv, 1, n_seq * z.K);
+        if (gdn_forward(ref_, &p, &out_t, &states_t) != GDN_OK)
             throw std::runtime_error(std::string("ref forward of a unit failed: ") + gdn_last_error(ref_));
 
         const gdn_tensor d_out = in_.host("d_out"), d_states = in_.host("d_states");
         double loss = 0;
-        for (int64_t t = 0; t < z.T; ++t)
+        for (int64_t t = 0; t < T; ++t)
             for (int64_t j = 0; j < z.Sv; ++j)
-                loss += at(d_out, j, u.h, t, u.b) * out_[static_cast<size_t>(t * z.Sv + j)];
-        const int64_t written = std::min(z.K, z.T);
-        for (int64_t slot = 0; slot < written; ++slot)
-            for (int64_t j = 0; j < z.Sv; ++j)
-                for (int64_t i = 0; i < z.Sk; ++i)
-                    loss += at(d_states, i, j, u.h, slot * z.B + u.b) *
-                            states_[static_cast<size_t>((slot * z.Sv + j) * z.Sk + i)];
+                loss += at(d_out, j, u.h, t0 + t, u.b) * out_[static_cast<size_t>(t * z.Sv + j)];
+        for (int64_t m = 0; m < n_seq; ++m) {  // sequence m of the call: first + m of the case
+            const int64_t length = packed ? window[m + 1] - window[m] : T;
+            const int64_t written = std::min(z.K, length);
+            const int64_t case_index = packed ? first + m : u.b, case_count = packed ? c_.sequences() : z.B;
+            for (int64_t slot = 0; slot < written; ++slot)
+                for (int64_t j = 0; j < z.Sv; ++j)
+                    for (int64_t i = 0; i < z.Sk; ++i)
+                        loss += at(d_states, i, j, u.h, slot * case_count + case_index) *
+                                states_[static_cast<size_t>(((slot * n_seq + m) * z.Sv + j) * z.Sk + i)];
+        }
         return loss;
     }
 
@@ -102,7 +131,6 @@ private:
     gdn_context *ref_;
     Sizes sz_;
     std::vector<double> out_, states_;
-    gdn_tensor out_t_{}, states_t_{};
 };
 
 struct Target {
@@ -112,8 +140,22 @@ struct Target {
 
 constexpr Target kTargets[] = {{"dq", "q"}, {"dk", "k"}, {"dv", "v"}, {"dg", "g"}, {"dbeta", "beta"}, {"ds0", "state"}};
 
-// The units that read element (i0, i1, i2, i3) of `input`.
-std::vector<Unit> readers(const Sizes &z, const std::string &input, const int64_t idx[4]) {
+std::vector<Unit> readers_unpacked(const Sizes &z, const std::string &input, const int64_t idx[4]);
+
+// The units that read element (i0, i1, i2, i3) of `input`; in a packed case, with the element's sequence.
+std::vector<Unit> readers(const Sizes &z, const std::vector<int64_t> &offsets, const std::string &input, const int64_t idx[4]) {
+    std::vector<Unit> units = readers_unpacked(z, input, idx);
+    if (offsets.empty()) return units;
+    for (Unit &u : units) {
+        u.b = 0;
+        u.seq = input == "state" ? idx[3]
+                                 : static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), idx[2]) - offsets.begin()) - 1;
+    }
+    if (input == "state") units = {{0, idx[2], idx[3]}};
+    return units;
+}
+
+std::vector<Unit> readers_unpacked(const Sizes &z, const std::string &input, const int64_t idx[4]) {
     std::vector<Unit> units;
     if (input == "q" || input == "k") {
         for (int64_t b = 0; b < z.B; ++b)
@@ -169,7 +211,7 @@ std::vector<GradientCheck> check_gradients(const Case &c, uint64_t seed, const T
             const int64_t idx[4] = {flat % in.ne[0], flat / in.ne[0] % in.ne[1], flat / (in.ne[0] * in.ne[1]) % in.ne[2],
                                     flat / (in.ne[0] * in.ne[1] * in.ne[2])};
             double *x = inputs.element_f64(target.input, idx[0], idx[1], idx[2], idx[3]);
-            const std::vector<Unit> units = readers(z, target.input, idx);
+            const std::vector<Unit> units = readers(z, c.cu_seqlens, target.input, idx);
             const double x0 = *x, h = 1e-3 * std::max(1.0, std::fabs(x0));
             auto loss_at = [&](double value) {
                 *x = value;

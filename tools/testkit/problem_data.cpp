@@ -43,7 +43,7 @@ void add_others(TensorSet &set, const Case &c, const char *g, const char *beta, 
     const Shape &s = c.shape;
     const int64_t g_ne[4] = {c.kda ? s.Sk : 1, s.Hv, s.T, s.B};
     const int64_t beta_ne[4] = {1, s.Hv, s.T, s.B};
-    const int64_t state_ne[4] = {s.Sk, s.Sv, s.Hv, s.B};
+    const int64_t state_ne[4] = {s.Sk, s.Sv, s.Hv, c.state_sequences()};
     set.add_tensor(g, g_ne, c.strided);
     set.add_tensor(beta, beta_ne, c.strided);
     if (state) set.add_tensor(state, state_ne, c.strided);
@@ -108,7 +108,7 @@ TensorSet make_inputs(const Case &c, gdn_type type, uint64_t seed) {
     add_others(set, c, "g", "beta", c.s0 ? "state" : nullptr);
     if (c.op == Op::Backward) {
         const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
-        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, s.B * s.K};
+        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, c.state_sequences() * s.K};
         set.add_tensor("d_out", out_ne, c.strided);
         set.add_tensor("d_states", states_ne, c.strided);
     }
@@ -133,7 +133,7 @@ TensorSet make_outputs(const Case &c, gdn_type type) {
     const Shape &s = c.shape;
     if (c.op == Op::Forward) {
         const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
-        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, s.B * s.K};
+        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, c.state_sequences() * s.K};
         set.add_tensor("out", out_ne, c.strided);
         set.add_tensor("states", states_ne, c.strided);
     } else {
@@ -154,6 +154,14 @@ gdn_problem problem_of(const Case &c, const Mirror &inputs) {
     p.state = inputs.tensor("state");
     p.scale = 0.0f;
     p.head_map = c.heads;
+    if (!c.cu_seqlens.empty()) {  // host memory, which every backend takes (docs/VARLEN.md)
+        p.cu_seqlens.data = const_cast<int64_t *>(c.cu_seqlens.data());
+        p.cu_seqlens.type = GDN_TYPE_I64;
+        p.cu_seqlens.ne[0] = static_cast<int64_t>(c.cu_seqlens.size());
+        p.cu_seqlens.ne[1] = p.cu_seqlens.ne[2] = p.cu_seqlens.ne[3] = 1;
+        p.cu_seqlens.nb[0] = sizeof(int64_t);
+        for (int d = 1; d < 4; ++d) p.cu_seqlens.nb[d] = p.cu_seqlens.ne[0] * static_cast<int64_t>(sizeof(int64_t));
+    }
     return p;
 }
 

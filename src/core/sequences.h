@@ -1,0 +1,54 @@
+// Packed variable-length sequences (docs/VARLEN.md): one call on a packed stream of N sequences
+// seen as N calls, each on strided views of the packed tensors. Sequence n is tokens
+// [offsets[n], offsets[n+1]) of q/k/v/g/beta/out and their gradients, index n of the states
+// (state, grads.state), and indices s*N + n of the snapshot tensors (states, d_states). Its
+// Dims have B = Bq = 1, N = 0 and T = its length, so every driver that runs an unpacked call
+// runs a sequence unchanged, and a packed call gives the same bits as the per-sequence calls.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/problem.h"
+
+namespace gdn {
+
+// Reads cu_seqlens (I32 or I64, host memory) as int64: what Backend::read_offsets does by default.
+void read_host_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets);
+
+// The views of one sequence own the tensors the args point to: not copyable, not movable.
+class SequenceForward {
+public:
+    SequenceForward(const ForwardArgs &packed, int64_t n);
+    SequenceForward(const SequenceForward &) = delete;
+    SequenceForward &operator=(const SequenceForward &) = delete;
+    const ForwardArgs &args() const { return args_; }
+
+private:
+    gdn_tensor q_, k_, v_, g_, beta_, s0_, out_, states_;
+    ForwardArgs args_;
+};
+
+class SequenceBackward {
+public:
+    SequenceBackward(const BackwardArgs &packed, int64_t n);
+    SequenceBackward(const SequenceBackward &) = delete;
+    SequenceBackward &operator=(const SequenceBackward &) = delete;
+    const BackwardArgs &args() const { return args_; }
+
+private:
+    gdn_tensor q_, k_, v_, g_, beta_, s0_, d_out_, d_states_, dq_, dk_, dv_, dg_, dbeta_, ds0_;
+    BackwardArgs args_;
+};
+
+// The calls a packed call is made of: its N sequences, or the call itself when it is not
+// packed. The list points into `storage` (and into `packed`), which must outlive it.
+std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &packed, std::deque<SequenceForward> &storage);
+std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &packed, std::deque<SequenceBackward> &storage);
+
+// Dims of the longest call in the list (T = the largest T): what scratch is sized for.
+Dims longest(const std::vector<const ForwardArgs *> &calls);
+Dims longest(const std::vector<const BackwardArgs *> &calls);
+
+}  // namespace gdn
