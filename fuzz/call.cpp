@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace gdn::fuzz {
 namespace {
@@ -48,13 +50,14 @@ int type_of(int pick) {
 enum class Layout { Contiguous, Padded, Transposed };
 
 void shape_of(const Call &c, int slot, int64_t ne[4]) {
+    const int64_t S0 = c.sequences > 0 ? c.sequences : c.B;  // sequences that own a state
     const int64_t S[kSlots][4] = {
         {c.Sk, c.Hk, c.T, c.Bq},         {c.Sk, c.Hk, c.T, c.Bq},      {c.Sv, c.Hv, c.T, c.B},
-        {c.gate_width, c.Hv, c.T, c.B},  {1, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, c.B},
-        {c.Sv, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, c.B * c.snapshots}, {c.Sv, c.Hv, c.T, c.B},
-        {c.Sk, c.Sv, c.Hv, c.B * c.snapshots},   {c.Sk, c.Hk, c.T, c.Bq},      {c.Sk, c.Hk, c.T, c.Bq},
+        {c.gate_width, c.Hv, c.T, c.B},  {1, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, S0},
+        {c.Sv, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, S0 * c.snapshots}, {c.Sv, c.Hv, c.T, c.B},
+        {c.Sk, c.Sv, c.Hv, S0 * c.snapshots},   {c.Sk, c.Hk, c.T, c.Bq},      {c.Sk, c.Hk, c.T, c.Bq},
         {c.Sv, c.Hv, c.T, c.B},          {c.gate_width, c.Hv, c.T, c.B}, {1, c.Hv, c.T, c.B},
-        {c.Sk, c.Sv, c.Hv, c.B}};
+        {c.Sk, c.Sv, c.Hv, S0}};
     for (int d = 0; d < 4; ++d) ne[d] = S[slot][d];
 }
 
@@ -158,6 +161,53 @@ void make_bogus(gdn_tensor &t, ByteReader &in) {
     }
 }
 
+void write_offsets(const gdn_tensor &o, const std::vector<int64_t> &values) {
+    for (size_t i = 0; i < values.size(); ++i) {
+        uint8_t *p = static_cast<uint8_t *>(o.data) + i * static_cast<size_t>(o.nb[0]);
+        if (raw_type(o) == GDN_TYPE_I32) {
+            const auto v = static_cast<int32_t>(values[i]);
+            std::memcpy(p, &v, 4);
+        } else {
+            std::memcpy(p, &values[i], 8);
+        }
+    }
+}
+
+// Bad offsets (docs/VARLEN.md): unsorted, repeated (an empty sequence), out of range, one too
+// few or too many, the wrong type or stride, a bogus pointer, absent, or on top of an output.
+void mutate_offsets(Call &c, ByteReader &in) {
+    gdn_tensor &o = c.cu_seqlens;
+    const bool readable = o.data != nullptr && c.arena->holds(o.data, 0) && integer_type(raw_type(o)) &&
+                          o.nb[0] == element_bytes(raw_type(o)) && o.ne[0] >= 1 && o.ne[0] <= c.sequences + 2;
+    std::vector<int64_t> values = readable ? offsets_of(o) : std::vector<int64_t>{};
+    void *const where = o.data;
+    const int type = raw_type(o);
+    const auto pick = [&] { return static_cast<size_t>(in.below(static_cast<int>(values.size()))); };
+    switch (in.below(10)) {
+        case 0:
+            if (!values.empty()) {
+                const size_t i = pick(), j = pick();
+                std::swap(values[i], values[j]);
+            }
+            break;
+        case 1:
+            if (!values.empty()) {
+                const size_t i = pick();
+                values[i] = odd_value(in);
+            }
+            break;
+        case 2: if (values.size() > 1) { const size_t i = 1 + pick() % (values.size() - 1); values[i] = values[i - 1]; } break;
+        case 3: o.ne[0] += in.bit() ? 1 : -1; break;
+        case 4: set_raw_type(o, in.bit() ? type_of(in.u8()) : (raw_type(o) == GDN_TYPE_I32 ? GDN_TYPE_I64 : GDN_TYPE_I32)); break;
+        case 5: o.nb[0] = in.bit() ? 2 * o.nb[0] : 1; break;
+        case 6: make_bogus(o, in); break;
+        case 7: o.data = nullptr; break;
+        case 8: o.data = c.t[in.below(kSlots)].data; break;  // on another tensor (an output: ALIAS)
+        default: o.ne[1 + in.below(3)] = 2; break;
+    }
+    if (readable && o.data == where && raw_type(o) == type && !values.empty()) write_offsets(o, values);
+}
+
 void mutate(Call &c, ByteReader &in) {
     const int slot = in.below(kSlots);
     gdn_tensor &t = c.t[slot];
@@ -206,8 +256,25 @@ int64_t element_bytes(int type) {
         case GDN_TYPE_F64: return 8;
         case GDN_TYPE_F16:
         case GDN_TYPE_BF16: return 2;
+        case GDN_TYPE_I32: return 4;
+        case GDN_TYPE_I64: return 8;
         default: return 0;
     }
+}
+
+std::vector<int64_t> offsets_of(const gdn_tensor &t) {
+    std::vector<int64_t> out(static_cast<size_t>(t.ne[0]));
+    for (size_t i = 0; i < out.size(); ++i) {
+        const uint8_t *p = static_cast<const uint8_t *>(t.data) + static_cast<int64_t>(i) * t.nb[0];
+        if (raw_type(t) == GDN_TYPE_I32) {
+            int32_t v;
+            std::memcpy(&v, p, 4);
+            out[i] = v;
+        } else {
+            std::memcpy(&out[i], p, 8);
+        }
+    }
+    return out;
 }
 
 bool tensor_span(const gdn_tensor &t, int64_t &span) {
@@ -241,6 +308,7 @@ gdn_problem Call::problem() const {
     p.state = t[STATE];
     p.scale = scale;
     std::memcpy(&p.head_map, &head_map, sizeof head_map);
+    p.cu_seqlens = cu_seqlens;
     return p;
 }
 
@@ -272,6 +340,16 @@ std::string Call::describe() const {
         s << " ne=[" << x.ne[0] << "," << x.ne[1] << "," << x.ne[2] << "," << x.ne[3] << "] nb=[" << x.nb[0] << ","
           << x.nb[1] << "," << x.nb[2] << "," << x.nb[3] << "]\n";
     }
+    if (cu_seqlens.data != nullptr) {
+        const gdn_tensor &x = cu_seqlens;
+        s << "  cu_seqlens (N=" << sequences << "): type=" << raw_type(x) << " data=" << x.data << " ne=[" << x.ne[0] << ","
+          << x.ne[1] << "," << x.ne[2] << "," << x.ne[3] << "] nb=[" << x.nb[0] << "," << x.nb[1] << "," << x.nb[2] << ","
+          << x.nb[3] << "]";
+        if (arena && integer_type(raw_type(x)) && x.ne[0] >= 1 && x.ne[0] <= 64 && x.nb[0] == element_bytes(raw_type(x)) &&
+            arena->holds(x.data, static_cast<uint64_t>(x.ne[0] * x.nb[0])))
+            for (int64_t v : offsets_of(x)) s << " " << v;
+        s << "\n";
+    }
     return s.str();
 }
 
@@ -297,6 +375,15 @@ Call decode_call(ByteReader &in) {
     const bool with_s0 = (flags & 4) == 0;
     const bool packed_inputs = (flags & 8) != 0, packed_grads = (flags & 16) != 0;
     const uint8_t wanted = static_cast<uint8_t>(~in.u8());  // bits: which optional tensors are given
+    // Packed sequences: one stream of T tokens cut into N >= 1 sequences at distinct points.
+    std::vector<int64_t> cuts;
+    if (flags & 32) {
+        c.B = c.Bq = 1;
+        for (int64_t t = 0; t <= c.T; ++t) cuts.push_back(t);
+        for (int64_t drop = in.below(static_cast<int>(c.T)); drop > 0; --drop)  // N = T - drop
+            cuts.erase(cuts.begin() + 1 + in.below(static_cast<int>(cuts.size()) - 2));
+        c.sequences = static_cast<int64_t>(cuts.size()) - 1;
+    }
 
     // Layout, in a byte range that becomes the arena.
     const int64_t elem = element_bytes(type) ? element_bytes(type) : 4;
@@ -315,6 +402,9 @@ Call decode_call(ByteReader &in) {
         tensor_span(c.t[i], span);
         offsets[i] = placer.take(span);
     }
+    const int offsets_type = (flags & 64) ? GDN_TYPE_I32 : GDN_TYPE_I64;
+    const int64_t offsets_elem = element_bytes(offsets_type);
+    const int64_t offsets_at = c.sequences > 0 ? placer.take((c.sequences + 2) * offsets_elem) : 0;  // + 1 spare entry
     c.arena = std::make_unique<Arena>(static_cast<size_t>(placer.cursor));
     fill_values(*c.arena, type, in.u64());
     for (int i = 0; i < kSlots; ++i) {
@@ -334,7 +424,20 @@ Call decode_call(ByteReader &in) {
         const int kind = in.u8();
         if (t.data != nullptr && (raw_type(t) == GDN_TYPE_F32 || raw_type(t) == GDN_TYPE_F64)) put_special(t, index % element_count(t), kind);
     }
+    if (c.sequences > 0) {
+        gdn_tensor &o = c.cu_seqlens;
+        o.data = c.arena->payload() + offsets_at;
+        set_raw_type(o, offsets_type);
+        o.ne[0] = c.sequences + 1;
+        o.ne[1] = o.ne[2] = o.ne[3] = 1;
+        o.nb[0] = offsets_elem;
+        o.nb[1] = o.nb[2] = o.nb[3] = o.ne[0] * offsets_elem;
+        cuts.push_back(c.T);  // the spare entry
+        write_offsets(o, cuts);
+    }
     for (int n = in.below(7); n > 0; --n) mutate(c, in);
+    if (c.sequences > 0)
+        for (int n = in.below(4); n > 0; --n) mutate_offsets(c, in);
     return c;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arena.h"
 #include "byte_reader.h"
@@ -39,6 +40,12 @@ struct Call {
     float scale = 0.0f;
     int head_map = GDN_HEAD_MAP_TILED;
 
+    // Packed sequences (docs/VARLEN.md): N sequences in one stream (B = Bq = 1), the offsets
+    // in the arena as I32 or I64. Not a Slot: the generic mutations leave it alone (their
+    // decoding predates it); decode_call mutates it on its own when the call is packed.
+    int64_t sequences = 0;         // N; 0 = not packed
+    gdn_tensor cu_seqlens = {};    // data NULL: absent
+
     std::unique_ptr<Arena> arena;
 
     // Whether the slot takes part in this op at all.
@@ -67,8 +74,12 @@ inline int raw_type(const gdn_tensor &t) {
 }
 inline void set_raw_type(gdn_tensor &t, int v) { std::memcpy(&t.type, &v, sizeof v); }
 
-// Bytes of one element for a gdn_type value, 0 for a value outside the enum.
+// Bytes of one element for a gdn_type value (I32 and I64 included), 0 for a value outside the enum.
 int64_t element_bytes(int type);
+inline bool integer_type(int type) { return type == GDN_TYPE_I32 || type == GDN_TYPE_I64; }
+
+// The offsets of cu_seqlens as int64 (its type I32 or I64, its elements readable).
+std::vector<int64_t> offsets_of(const gdn_tensor &cu_seqlens);
 
 // Span in bytes of a tensor; false when a count is below 1, a stride negative, or on overflow.
 bool tensor_span(const gdn_tensor &t, int64_t &span);

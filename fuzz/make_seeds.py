@@ -25,13 +25,20 @@ CONTIGUOUS, PADDED, TRANSPOSED = 0, 1, 2
 
 def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv_mult=2, T=3, Bq=1,
          b_mult=2, K=1, kda=False, grouped=False, s0=True, packed=False, packed_grads=False,
-         omit=(), layout=CONTIGUOUS, seed=12345, specials=(), mutations=()):
+         omit=(), layout=CONTIGUOUS, seed=12345, specials=(), mutations=(),
+         drops=None, i32=False, offset_mutations=()):
+    # drops: packed sequences (cu_seqlens): the offsets 0..T with these interior entries
+    # removed one after another (index into the remaining interior); None: not packed.
     op = (1 if backward else 0) | (6 if check else 0)
     b = bytearray([op, backend, type_, Sk - 1, Sv - 1, Hk - 1, hv_mult - 1, T - 1, Bq - 1, b_mult - 1, K - 1])
     b.append((1 if kda else 0) | (2 if grouped else 0) | (0 if s0 else 4) | (8 if packed else 0) |
-             (16 if packed_grads else 0))
+             (16 if packed_grads else 0) | (32 if drops is not None else 0) | (64 if i32 else 0))
     optional = [OUTP, STATES, D_OUT, D_STATES, DQ, DK, DV, DG]
     b.append(sum(1 << optional.index(s) for s in omit))
+    if drops is not None:
+        assert len(drops) < T
+        b.append(len(drops))
+        b += bytes(drops)
     used = list(range(6)) + (list(range(8, 16)) if backward else [6, 7])
     for s in used:
         if packed and s <= V:
@@ -46,6 +53,10 @@ def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv
     b.append(len(mutations))
     for m in mutations:
         b += bytes(m)
+    if drops is not None:
+        b.append(len(offset_mutations))
+        for m in offset_mutations:
+            b += bytes(m)
     return bytes(b)
 
 
@@ -129,6 +140,27 @@ SEEDS = {
     "scale-negative": call(backward=True, mutations=[mut(Q, M_SCALE, 0, 2)]),
     "head-map-invalid": call(mutations=[mut(Q, M_HEAD_MAP, 0, 1, 3)]),
     "head-map-negative": call(backward=True, mutations=[mut(Q, M_HEAD_MAP, 0, 0, 1)]),
+    # Packed sequences (cu_seqlens): valid calls, then one bad offsets tensor each (mutate_offsets
+    # in call.cpp: 0 swap i j, 1 odd value v at i, 2 repeat entry i, 3 ne[0] +-1, 4 type,
+    # 5 nb[0], 6 bogus pointer, 7 absent, 8 on slot s, 9 a second dimension).
+    "varlen-fwd-i64": call(T=6, drops=[1, 2]),
+    "varlen-bwd-i32-K2": call(backward=True, K=2, T=6, drops=[0, 0, 0], i32=True, kda=True, Hk=2),
+    "varlen-one-sequence": call(T=4, drops=[0, 0, 0], layout=PADDED),
+    "varlen-every-token-bwd": call(backward=True, T=5, drops=[], packed=True, packed_grads=True, Hk=2),
+    "varlen-in-place-state": call(T=5, drops=[1], mutations=[mut(STATES, M_ALIAS, 0, STATE, 1)]),
+    "varlen-unsorted": call(T=6, drops=[0], offset_mutations=[[0, 1, 3]]),
+    "varlen-empty-sequence": call(backward=True, T=6, drops=[2], offset_mutations=[[2, 2]]),
+    "varlen-out-of-range": call(T=6, drops=[0, 0], i32=True, offset_mutations=[[1, 12, 4]]),
+    "varlen-negative-first": call(T=5, drops=[1], offset_mutations=[[1, 1, 0]]),
+    "varlen-count-short": call(T=6, drops=[0], offset_mutations=[[3, 0]]),
+    "varlen-count-long-no-states": call(T=6, drops=[0], s0=False, omit=(STATES,), offset_mutations=[[3, 1]]),
+    "varlen-float-type": call(T=6, drops=[0], offset_mutations=[[4, 1, 0]]),
+    "varlen-strided-offsets": call(T=6, drops=[0], offset_mutations=[[5, 1]]),
+    "varlen-bogus-pointer": call(T=6, drops=[0], offset_mutations=[[6, 3, 0, 2]]),
+    "varlen-absent-offsets": call(backward=True, T=6, drops=[0], offset_mutations=[[7]]),
+    "varlen-offsets-on-out": call(T=6, drops=[0], offset_mutations=[[8, OUTP]]),
+    "varlen-two-dimensional": call(T=6, drops=[0], offset_mutations=[[9, 1]]),
+    "varlen-with-two-streams": call(T=6, drops=[0], mutations=[mut(V, M_GROW, 3, 1)]),
     # Optional pointers dropped.
     "no-out-pointer": call(mutations=[mut(OUTP, M_NO_POINTER)]),
     "no-d-states-pointer": call(backward=True, mutations=[mut(D_STATES, M_NO_POINTER)]),

@@ -87,6 +87,7 @@ Verdict check_overlaps(const Call &c, std::string &why) {
         if (overlapping) return why = say(slot_name(o), "elements overlap each other"), Verdict::Invalid;
     }
     if (!all_in_arena(c, outside)) {
+        if (c.cu_seqlens.data != nullptr) return Verdict::Unknown;  // not decided for offsets outside the arena
         // Only byte ranges can be compared here.
         for (int o = 0; o < kSlots; ++o) {
             if (!c.present(o) || !c.is_output(o)) continue;
@@ -110,6 +111,10 @@ Verdict check_overlaps(const Call &c, std::string &why) {
         const int64_t at = static_cast<const uint8_t *>(c.t[i].data) - base;
         for_each_byte(c.t[i], [&](int64_t off) { map.input[at + off] = 1; });
     }
+    if (c.cu_seqlens.data != nullptr) {  // an input too (all_in_arena holds it)
+        const int64_t at = static_cast<const uint8_t *>(c.cu_seqlens.data) - base;
+        for_each_byte(c.cu_seqlens, [&](int64_t off) { map.input[at + off] = 1; });
+    }
     for (int o = 0; o < kSlots; ++o) {
         if (!c.present(o) || !c.is_output(o)) continue;
         const int64_t at = static_cast<const uint8_t *>(c.t[o].data) - base;
@@ -131,6 +136,13 @@ Verdict check_overlaps(const Call &c, std::string &why) {
 }  // namespace
 
 bool all_in_arena(const Call &c, std::string &which) {
+    if (c.cu_seqlens.data != nullptr) {
+        int64_t span;
+        if (!tensor_span(c.cu_seqlens, span) || span < 0 || !c.arena->holds(c.cu_seqlens.data, static_cast<uint64_t>(span))) {
+            which = "cu_seqlens";
+            return false;
+        }
+    }
     for (int i = 0; i < kSlots; ++i) {
         if (!c.present(i)) continue;
         int64_t span;
@@ -159,11 +171,24 @@ Judgement judge(const Call &c) {
     std::string why;
     for (int i = 0; i < kSlots; ++i)
         if (c.present(i) && !intrinsic(c.t[i], slot_name(i), why)) return invalid(why);
+    const bool packed = c.cu_seqlens.data != nullptr;
+    if (packed && !intrinsic(c.cu_seqlens, "cu_seqlens", why)) return invalid(why);
+    if (integer_type(raw_type(c.t[Q]))) return invalid("q: an integer type (only cu_seqlens takes I32 / I64)");
     for (int i = 0; i < kSlots; ++i)
         if (c.present(i) && raw_type(c.t[i]) != raw_type(c.t[Q])) return invalid(say(slot_name(i), "type differs from q"));
 
     const gdn_tensor &q = c.t[Q], &v = c.t[V];
     const int64_t Sk = q.ne[0], Hk = q.ne[1], T = q.ne[2], Bq = q.ne[3], Sv = v.ne[0], Hv = v.ne[1], B = v.ne[3];
+    // docs/VARLEN.md: offsets are I32 / I64 [N+1, 1, 1, 1] with N >= 1 over one stream (B = Bq = 1);
+    // the states are then per sequence (N where B was).
+    int64_t S0 = B;
+    if (packed) {
+        const gdn_tensor &o = c.cu_seqlens;
+        if (!integer_type(raw_type(o))) return invalid("cu_seqlens: not I32 / I64");
+        if (o.ne[0] < 2 || o.ne[1] != 1 || o.ne[2] != 1 || o.ne[3] != 1) return invalid("cu_seqlens shape");
+        if (B != 1 || Bq != 1) return invalid("cu_seqlens with more than one stream");
+        S0 = o.ne[0] - 1;
+    }
     if (!shape_is(c.t[K], Sk, Hk, T, Bq)) return invalid("k shape differs from q");
     if (v.ne[2] != T) return invalid("v tokens differ from q");
     if (Hv % Hk != 0) return invalid("Hk does not divide Hv");
@@ -171,13 +196,13 @@ Judgement judge(const Call &c) {
     const int64_t gw = c.t[G].ne[0];
     if ((gw != 1 && gw != Sk) || !shape_is(c.t[G], gw, Hv, T, B)) return invalid("g shape");
     if (!shape_is(c.t[BETA], 1, Hv, T, B)) return invalid("beta shape");
-    if (c.present(STATE) && !shape_is(c.t[STATE], Sk, Sv, Hv, B)) return invalid("state shape");
+    if (c.present(STATE) && !shape_is(c.t[STATE], Sk, Sv, Hv, S0)) return invalid("state shape");
     for (int s : {OUT, D_OUT})
         if (c.present(s) && !shape_is(c.t[s], Sv, Hv, T, B)) return invalid(say(slot_name(s), "shape"));
     for (int s : {STATES, D_STATES}) {
         if (!c.present(s)) continue;
         const gdn_tensor &x = c.t[s];
-        if (x.ne[3] % B != 0 || !shape_is(x, Sk, Sv, Hv, x.ne[3])) return invalid(say(slot_name(s), "shape"));
+        if (x.ne[3] % S0 != 0 || !shape_is(x, Sk, Sv, Hv, x.ne[3])) return invalid(say(slot_name(s), "shape"));
     }
     const int grad_of[] = {Q, K, V, G, BETA};
     for (int i = 0; i < 5; ++i) {
@@ -185,9 +210,19 @@ Judgement judge(const Call &c) {
         const int64_t *ne = c.t[grad_of[i]].ne;
         if (c.present(s) && !shape_is(c.t[s], ne[0], ne[1], ne[2], ne[3])) return invalid(say(slot_name(s), "shape"));
     }
-    if (c.present(DSTATE) && !shape_is(c.t[DSTATE], Sk, Sv, Hv, B)) return invalid("dstate shape");
+    if (c.present(DSTATE) && !shape_is(c.t[DSTATE], Sk, Sv, Hv, S0)) return invalid("dstate shape");
 
     j.verdict = check_overlaps(c, j.reason);
+    if (j.verdict != Verdict::Valid || !packed) return j;
+    // The offsets' values, once nothing else is wrong: 0 first, T last, strictly increasing.
+    std::string outside;
+    int64_t span;
+    if (!tensor_span(c.cu_seqlens, span) || !c.arena->holds(c.cu_seqlens.data, static_cast<uint64_t>(span)))
+        return j.verdict = Verdict::Unknown, j;
+    const std::vector<int64_t> offsets = offsets_of(c.cu_seqlens);
+    if (offsets.front() != 0 || offsets.back() != T) return invalid("cu_seqlens: not from 0 to T");
+    for (size_t n = 1; n < offsets.size(); ++n)
+        if (offsets[n] <= offsets[n - 1]) return invalid("cu_seqlens: not strictly increasing");
     return j;
 }
 

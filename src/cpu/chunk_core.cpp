@@ -217,17 +217,36 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
     }
 }
 
+// The state is kept as S (row i = key channel, Sv contiguous) and stored transposed (the key
+// index contiguous): a transpose, done in tiles so that both sides stay in cache lines (a
+// packed batch of many short sequences loads and stores a state per sequence and head).
+namespace {
+constexpr int64_t kTransposeTile = 16;
+}  // namespace
+
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {
-    for (int64_t j = 0; j < d.Sv; ++j) {
-        const float *col = reinterpret_cast<const float *>(element_ptr(t, 0, j, h, index));
-        for (int64_t i = 0; i < d.Sk; ++i) s[i * d.Sv + j] = col[i];
+    for (int64_t j0 = 0; j0 < d.Sv; j0 += kTransposeTile) {
+        const int64_t j1 = std::min(d.Sv, j0 + kTransposeTile);
+        for (int64_t i0 = 0; i0 < d.Sk; i0 += kTransposeTile) {
+            const int64_t i1 = std::min(d.Sk, i0 + kTransposeTile);
+            for (int64_t j = j0; j < j1; ++j) {
+                const float *col = reinterpret_cast<const float *>(element_ptr(t, 0, j, h, index));
+                for (int64_t i = i0; i < i1; ++i) s[i * d.Sv + j] = col[i];
+            }
+        }
     }
 }
 
 void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s) {
-    for (int64_t j = 0; j < d.Sv; ++j) {
-        float *col = reinterpret_cast<float *>(element_ptr(t, 0, j, h, index));
-        for (int64_t i = 0; i < d.Sk; ++i) col[i] = s[i * d.Sv + j];
+    for (int64_t j0 = 0; j0 < d.Sv; j0 += kTransposeTile) {
+        const int64_t j1 = std::min(d.Sv, j0 + kTransposeTile);
+        for (int64_t i0 = 0; i0 < d.Sk; i0 += kTransposeTile) {
+            const int64_t i1 = std::min(d.Sk, i0 + kTransposeTile);
+            for (int64_t j = j0; j < j1; ++j) {
+                float *col = reinterpret_cast<float *>(element_ptr(t, 0, j, h, index));
+                for (int64_t i = i0; i < i1; ++i) col[i] = s[i * d.Sv + j];
+            }
+        }
     }
 }
 
