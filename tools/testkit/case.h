@@ -58,7 +58,8 @@ const char *beta_name(BetaFill b);
 // Every case of the default list, in groups seed, model, edge, fd; each shape for both ops.
 std::vector<Case> default_cases();
 // The perf cases (group perf): 27B at T = 1, 512, 4096; 80B at 4096; a KDA case; 27B with
-// 4096 tokens packed as 64 sequences (to compare with the one 4096-token sequence).
+// 4096 tokens packed as 64 sequences (to compare with the one 4096-token sequence), with and
+// without s0.
 std::vector<Case> perf_cases();
 
 // Model-shape cases (q/k/v as views into the packed conv buffer) for a model with these sizes,
