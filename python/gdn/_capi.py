@@ -16,7 +16,8 @@ class Tensor(ctypes.Structure):
 
 class Problem(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("g", Tensor), ("beta", Tensor), ("state", Tensor),
-                ("scale", ctypes.c_float), ("head_map", ctypes.c_int)]
+                ("scale", ctypes.c_float), ("head_map", ctypes.c_int),
+                ("cu_seqlens", Tensor)]  # packed sequences (docs/VARLEN.md); zeroed = absent
 
 
 class Grads(ctypes.Structure):

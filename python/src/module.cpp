@@ -132,6 +132,34 @@ public:
         return t;
     }
 
+    // The offsets of packed sequences (docs/VARLEN.md): int32 or int64, one dimension, on the
+    // host or where the context computes (device offsets cost the cuda backend one stream
+    // synchronisation; host offsets none).
+    gdn_tensor offsets(const std::optional<InArray> &a) {
+        gdn_tensor t{};
+        if (!a) return t;
+        using nb::dlpack::dtype_code;
+        const auto dt = a->dtype();
+        const bool i32 = dt.code == static_cast<uint8_t>(dtype_code::Int) && dt.bits == 32 && dt.lanes == 1;
+        const bool i64 = dt.code == static_cast<uint8_t>(dtype_code::Int) && dt.bits == 64 && dt.lanes == 1;
+        if (!i32 && !i64)
+            raise(GDN_ERROR_TYPE, "cu_seqlens has DLPack code %d, %d bits: the offsets are int32 or int64", dt.code, dt.bits);
+        if (a->ndim() != 1) raise(GDN_ERROR_SHAPE, "cu_seqlens has %zu dimensions: it is one dimension of N + 1 offsets", a->ndim());
+        const Placement where{a->device_type(), a->device_id()};
+        const bool host = where.type == nb::device::cpu::value;
+        if (!host && !(where == ctx_.placement()))
+            raise(GDN_ERROR_INVALID_ARGUMENT, "cu_seqlens is on %s but the context (backend %s) computes on %s (host offsets are fine too)",
+                  describe(where).c_str(), ctx_.backend().c_str(), describe(ctx_.placement()).c_str());
+        const int64_t item = i32 ? 4 : 8;
+        t.type = i32 ? GDN_TYPE_I32 : GDN_TYPE_I64;
+        t.ne[0] = static_cast<int64_t>(a->shape(0));
+        t.ne[1] = t.ne[2] = t.ne[3] = 1;
+        t.nb[0] = t.ne[0] == 1 ? item : a->stride(0) * item;
+        t.nb[1] = t.nb[2] = t.nb[3] = t.ne[0] * item;
+        t.data = const_cast<void *>(static_cast<const void *>(a->data()));
+        return t;
+    }
+
 private:
     const Context &ctx_;
 };
@@ -152,7 +180,7 @@ gdn_problem make_problem(Binder &bind, const InArray &q, const InArray &k, const
     p.state = bind.tensor(state, "state");
     p.scale = scale;
     p.head_map = static_cast<gdn_head_map>(head_map);
-    if (cu_seqlens) raise(GDN_ERROR_UNSUPPORTED, "cu_seqlens: this build of libgdn has no packed sequences");
+    p.cu_seqlens = bind.offsets(cu_seqlens);
     return p;
 }
 
