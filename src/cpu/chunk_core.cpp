@@ -201,6 +201,14 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
     }
 }
 
+void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index) {
+    if (t == nullptr) return;
+    for (int64_t j = 0; j < d.Sv; ++j) {
+        const char *row = element_ptr(*t, 0, j, h, index);
+        for (int64_t byte = 0; byte < d.Sk * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
+    }
+}
+
 void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
           int64_t ldc, float *pack) {
     constexpr int64_t block = 16;

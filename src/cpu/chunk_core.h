@@ -92,6 +92,8 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
           int64_t ldc, float *pack);
 
 // Copies between the memory layout (transposed, strided) and a row-major Sk x Sv state.
+// Asks the caches for state (h, index) of t (nullptr: nothing), ahead of a load_state.
+void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index);
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s);
 void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s);
 

@@ -94,6 +94,9 @@ public:
             const WorkItem &item = items_[i];
             const ForwardArgs &a = *calls[item.call];
             const Dims &d = a.dims;
+            // Packed sequences: the next item's initial states arrive while this one computes
+            // (each item of a packed batch starts from states cold in memory).
+            if (packed.dims.N > 0 && i + 1 < static_cast<int64_t>(items_.size())) prefetch_initial_states(calls, items_[i + 1]);
             if (item.plan < 0) {
                 cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker]);
             } else {
@@ -183,6 +186,17 @@ private:
         for (const WorkItem &item : items_)
             weights.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin));
         return weights;
+    }
+
+    void prefetch_initial_states(const std::vector<const ForwardArgs *> &calls, const WorkItem &item) const {
+        const ForwardArgs &a = *calls[item.call];
+        const Dims &d = a.dims;
+        if (a.s0 == nullptr) return;
+        if (item.plan < 0) return cpu::prefetch_state(a.s0, d, item.group % d.Hv, item.group / d.Hv);
+        for (int64_t u = item.unit_begin; u < item.unit_end; ++u) {
+            const cpu::ChunkUnit unit = cpu::group_unit(d, item.group / d.Hk, item.group % d.Hk, u);
+            cpu::prefetch_state(a.s0, d, unit.h, unit.b);
+        }
     }
 
     // Plans are per (call, group); items of one group (its slices) share one.

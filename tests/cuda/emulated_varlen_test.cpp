@@ -33,6 +33,12 @@ struct Packed {
     int64_t N() const { return static_cast<int64_t>(offsets.size()) - 1; }
 };
 
+void PrintTo(const Packed &p, std::ostream *os) {
+    PrintTo(p.s, os);
+    *os << ",cu_seqlens=";
+    for (size_t i = 0; i < p.offsets.size(); ++i) *os << (i ? "_" : "") << p.offsets[i];
+}
+
 gdn_tensor offsets_tensor(const std::vector<int64_t> &offsets) {
     gdn_tensor t{};
     t.data = const_cast<int64_t *>(offsets.data());
