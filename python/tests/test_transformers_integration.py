@@ -1,0 +1,325 @@
+"""gdn.integrations.transformers: tiny random Qwen3.5 / Qwen3.5-MoE / Qwen3-Next models, patched and not.
+
+The parity tests run the models in float64 with transformers' internal float32 upcasts turned
+into float64 ones (see float64_compute): transformers' pure-PyTorch gated delta rule casts its
+inputs to float32, which would bury gdn's float64 result under float32 rounding. So both sides
+compute in float64 with transformers' own code, and differ only in who computes the delta rule.
+"""
+
+import importlib
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import torch.nn.functional as F  # noqa: E402
+
+import gdn  # noqa: E402
+import gdn.torch  # noqa: E402
+from gdn.integrations import transformers as gdn_hf  # noqa: E402
+
+CHUNK, RECURRENT = "torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"
+VOCAB = 61
+
+
+def modeling(name):
+    return importlib.import_module(gdn_hf.MODELS[name][0])
+
+
+@pytest.fixture(autouse=True)
+def no_patch_leaks():
+    """Every test starts and ends with transformers' own functions in place."""
+    originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in gdn_hf.MODELS}
+    gdn_hf.unpatch()
+    yield
+    gdn_hf.unpatch()
+    for name, (chunk, recurrent) in originals.items():
+        assert getattr(modeling(name), CHUNK) is chunk and getattr(modeling(name), RECURRENT) is recurrent
+
+
+class _TorchComputingInFloat64:
+    """The torch module, except that the dtypes transformers upcasts to are float64."""
+
+    float32 = torch.float64
+    float = torch.float64
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+class float64_compute:
+    """In the block, a modeling module's code upcasts to float64 where it upcasts to float32."""
+
+    def __init__(self, name):
+        self.module = modeling(name)
+
+    def __enter__(self):
+        self.saved = self.module.torch
+        self.module.torch = _TorchComputingInFloat64()
+
+    def __exit__(self, *exc):
+        self.module.torch = self.saved
+
+
+def tiny_model(name, dtype=torch.float64, seed=0):
+    """Linear, full, linear attention layers; 2 key heads, 4 value heads (grouped), head size 16."""
+    common = dict(vocab_size=VOCAB, hidden_size=48, num_hidden_layers=3, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                  linear_key_head_dim=16, linear_value_head_dim=24, linear_conv_kernel_dim=4,
+                  layer_types=["linear_attention", "full_attention", "linear_attention"],
+                  max_position_embeddings=256, attn_implementation="sdpa",
+                  experts_implementation="eager")  # grouped_mm takes no float64
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
+    if name == "qwen3_5":
+        config, model_class = transformers.Qwen3_5TextConfig(intermediate_size=96, **common), \
+            transformers.Qwen3_5ForCausalLM
+    elif name == "qwen3_5_moe":
+        config, model_class = transformers.Qwen3_5MoeTextConfig(**moe, **common), transformers.Qwen3_5MoeForCausalLM
+    else:
+        config, model_class = transformers.Qwen3NextConfig(intermediate_size=96, **moe, **common), \
+            transformers.Qwen3NextForCausalLM
+    torch.manual_seed(seed)
+    return model_class(config).to(dtype).eval()
+
+
+def tokens(batch, length, seed=1):
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def loss_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    logits = model(ids, use_cache=False).logits
+    # The loss in the logits' dtype (transformers' own loss function upcasts to float32).
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    loss.backward()
+    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def relative_error(a, b):
+    return ((a - b).norm() / b.norm().clamp_min(1e-300)).item()
+
+
+@pytest.fixture
+def gdn_calls(monkeypatch):
+    """Records (T, has initial state, wants final state) of every call that reaches gdn.torch."""
+    calls = []
+    real = gdn.torch.chunk_gated_delta_rule
+
+    def recording(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
+        calls.append((q.shape[1], initial_state is not None, output_final_state))
+        return real(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                    output_final_state=output_final_state, **kwargs)
+
+    monkeypatch.setattr(gdn.torch, "chunk_gated_delta_rule", recording)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next", "qwen3_5_moe"])
+def test_loss_and_every_gradient_match_unpatched_float64(name, gdn_calls):
+    model = tiny_model(name)
+    ids = tokens(2, 70)  # T = 70: more than one of transformers' 64-token chunks
+    with float64_compute(name):
+        loss_ref, grads_ref = loss_and_grads(model, ids)
+        assert not gdn_calls
+        with gdn_hf.patched() as now:
+            assert name in now
+            loss, grads = loss_and_grads(model, ids)
+    assert gdn_calls == [(70, False, False)] * 2  # both linear-attention layers, no cache
+    assert abs(loss.item() - loss_ref.item()) <= 1e-12 * abs(loss_ref.item())
+    assert grads.keys() == grads_ref.keys()
+    for param_name, grad_ref in grads_ref.items():
+        assert grad_ref.abs().max() > 0 or "experts" in param_name or "gate" in param_name, param_name
+        assert relative_error(grads[param_name], grad_ref) < 1e-10, param_name
+
+
+def test_float32_is_at_least_as_accurate_as_transformers_own_float32_path(gdn_calls):
+    """No harness: transformers as shipped (its fallback computes in float32) against gdn's float32 cpu
+    backend, both measured against the same model's float64 truth, parameter by parameter."""
+    model = tiny_model("qwen3_5", dtype=torch.float32)
+    ids = tokens(2, 70)
+    loss_hf, grads_hf = loss_and_grads(model, ids)
+    with gdn_hf.patched():
+        loss_gdn, grads_gdn = loss_and_grads(model, ids)
+    assert len(gdn_calls) == 2 and grads_gdn["model.layers.0.linear_attn.A_log"].dtype == torch.float32
+    model = model.to(torch.float64)  # the same weights, exactly
+    with float64_compute("qwen3_5"):
+        loss_truth, grads_truth = loss_and_grads(model, ids)
+    assert abs(loss_gdn.item() - loss_truth.item()) <= 1e-5 * abs(loss_truth.item())
+    assert abs(loss_hf.item() - loss_truth.item()) <= 1e-5 * abs(loss_truth.item())
+    for param_name, truth in grads_truth.items():
+        error_gdn = relative_error(grads_gdn[param_name].double(), truth)
+        error_hf = relative_error(grads_hf[param_name].double(), truth)
+        # 1e-5: a few float32 roundings through the model, the floor where both are equally exact.
+        assert error_gdn <= max(error_hf, 1e-5), (param_name, error_gdn, error_hf)
+
+
+def test_patched_training_lowers_the_loss(gdn_calls):
+    model = tiny_model("qwen3_5", dtype=torch.float32).train()
+    ids = tokens(4, 40)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    with gdn_hf.patched():
+        for _ in range(5):
+            optimizer.zero_grad(set_to_none=True)
+            out = model(ids, labels=ids, use_cache=False)
+            out.loss.backward()
+            optimizer.step()
+            losses.append(out.loss.item())
+    assert len(gdn_calls) == 2 * 5
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert losses[-1] < 0.95 * losses[0], losses
+
+
+def generate(model, prompt, steps):
+    out = model.generate(prompt, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
+                         return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+    return out.sequences, torch.stack(out.logits)
+
+
+def test_greedy_generation_with_cache_matches_unpatched(gdn_calls):
+    model = tiny_model("qwen3_5")
+    prompt = tokens(2, 9)
+    steps = 6
+    with float64_compute("qwen3_5"):
+        sequences_ref, logits_ref = generate(model, prompt, steps)
+        assert not gdn_calls
+        with gdn_hf.patched():
+            sequences, logits = generate(model, prompt, steps)
+    assert torch.equal(sequences, sequences_ref)
+    assert relative_error(logits, logits_ref) < 1e-10
+    # Prefill through the chunk function, then one cached single-token step per new token after the
+    # first, each through the recurrent function with the cached state: every one reached gdn.
+    prefill, decode = (9, False, True), (1, True, True)
+    assert gdn_calls == [prefill] * 2 + [decode] * 2 * (steps - 1)
+
+
+def test_multi_token_step_on_a_cache_matches_unpatched(gdn_calls):
+    """A second multi-token forward on a filled cache: the chunk function with an initial state."""
+    model = tiny_model("qwen3_next")
+    ids = tokens(2, 20)
+
+    def two_steps():
+        first = model(ids[:, :12], use_cache=True)
+        second = model(ids[:, 12:], past_key_values=first.past_key_values, use_cache=True)
+        return torch.cat([first.logits, second.logits], dim=1)
+
+    with float64_compute("qwen3_next"), torch.no_grad():
+        logits_ref = two_steps()
+        whole_ref = model(ids, use_cache=False).logits
+        with gdn_hf.patched():
+            logits = two_steps()
+    assert relative_error(logits_ref, whole_ref) < 1e-10  # the premise: the cache carries the whole state
+    assert relative_error(logits, logits_ref) < 1e-10
+    assert gdn_calls == [(12, False, True)] * 2 + [(8, True, True)] * 2
+
+
+def test_adapters_keep_transformers_return_conventions():
+    torch.manual_seed(3)
+    B, T, H, HV, K, V = 2, 5, 2, 4, 16, 8
+    q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    v = torch.randn(B, T, HV, V).to(torch.bfloat16)
+    q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
+    g, beta = -torch.rand(B, T, HV), torch.rand(B, T, HV).to(torch.bfloat16)
+    reference = getattr(modeling("qwen3_5"), CHUNK).__wrapped__
+    for adapter in (gdn_hf.chunk_gated_delta_rule, gdn_hf.recurrent_gated_delta_rule):
+        o, state = adapter(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=True, cu_seqlens=None, output_attentions=False, position_ids=None)
+        assert o.dtype == torch.bfloat16 and o.shape == (B, T, HV, V) and state is None
+        o, state = adapter(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+        o_ref, state_ref = reference(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+        assert state.shape == state_ref.shape == (B, HV, K, V) and state.dtype == state_ref.dtype == torch.float32
+        assert relative_error(state, state_ref) < 1e-5
+        assert relative_error(o.double(), o_ref.double()) < 1e-2  # bfloat16 output rounding
+
+
+def test_adapter_honours_packed_sequences():
+    """cu_seqlens (the layer's cu_seq_lens_q), which transformers' own function refuses without FLA."""
+    torch.manual_seed(4)
+    lengths, H, HV, K, V = (7, 12), 1, 2, 16, 16
+    T = sum(lengths)
+    q, k = F.normalize(torch.randn(1, T, H, K, dtype=torch.float64), dim=-1), torch.randn(1, T, H, K,
+                                                                                       dtype=torch.float64)
+    v, g, beta = torch.randn(1, T, HV, V, dtype=torch.float64), -torch.rand(1, T, HV, dtype=torch.float64), \
+        torch.rand(1, T, HV, dtype=torch.float64)
+    cu = torch.tensor([0, lengths[0], T], dtype=torch.int32)
+    try:
+        o, state = gdn_hf.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=True, cu_seqlens=cu,
+                                                 use_qk_l2norm_in_kernel=True)
+    except gdn.UnsupportedError as e:
+        if "cu_seqlens" not in str(e):
+            raise
+        pytest.skip(f"this build of gdn has no packed sequences yet: {e}")
+    reference = getattr(modeling("qwen3_5"), CHUNK).__wrapped__
+    with float64_compute("qwen3_5"):
+        for i, (start, end) in enumerate(((0, lengths[0]), (lengths[0], T))):
+            part = [t[:, start:end] for t in (q, k, v, g, beta)]
+            o_ref, state_ref = reference(*part, output_final_state=True, use_qk_l2norm_in_kernel=True)
+            assert relative_error(o[:, start:end], o_ref) < 1e-12
+            assert relative_error(state[i], state_ref[0]) < 1e-12
+
+
+def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
+    originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in gdn_hf.MODELS}
+    assert gdn_hf.patched_models() == ()
+    assert gdn_hf.patch() == tuple(gdn_hf.MODELS)
+    assert gdn_hf.patch() == tuple(gdn_hf.MODELS)
+    for name in gdn_hf.MODELS:
+        assert getattr(modeling(name), CHUNK) is gdn_hf.chunk_gated_delta_rule
+        assert getattr(modeling(name), RECURRENT) is gdn_hf.recurrent_gated_delta_rule
+    assert gdn_hf.unpatch("qwen3_next") == ("qwen3_next",)
+    assert gdn_hf.patched_models() == ("qwen3_5", "qwen3_5_moe")
+    assert gdn_hf.unpatch() == ("qwen3_5", "qwen3_5_moe")
+    assert gdn_hf.unpatch() == ()
+    for name, (chunk, recurrent) in originals.items():
+        assert getattr(modeling(name), CHUNK) is chunk and getattr(modeling(name), RECURRENT) is recurrent
+
+
+def test_context_manager_leaves_an_outer_patch_in_place():
+    gdn_hf.patch("qwen3_5")
+    with gdn_hf.patched() as now:
+        assert now == tuple(gdn_hf.MODELS) == gdn_hf.patched_models()
+    assert gdn_hf.patched_models() == ("qwen3_5",)
+    with pytest.raises(RuntimeError), gdn_hf.patched("qwen3_next"):
+        raise RuntimeError("the block fails")
+    assert gdn_hf.patched_models() == ("qwen3_5",)
+
+
+def test_unknown_model_names_are_refused():
+    with pytest.raises(gdn.InvalidArgumentError, match="qwen2"):
+        gdn_hf.patch(["qwen3_5", "qwen2"])
+    assert gdn_hf.patched_models() == ()
+
+
+def test_changed_signature_is_refused_or_skipped_with_a_warning(monkeypatch):
+    def renamed(query, key, value, beta, g, **kwargs):  # g and beta swapped: not the convention gdn knows
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(modeling("qwen3_5"), CHUNK, renamed)
+    with pytest.raises(gdn.UnsupportedError, match=r"qwen3_5.*torch_chunk_gated_delta_rule"):
+        gdn_hf.patch(["qwen3_5", "qwen3_next"])
+    assert gdn_hf.patched_models() == ()  # the request failed as a whole: nothing patched
+    with pytest.warns(UserWarning, match="qwen3_5"):
+        assert gdn_hf.patch() == ("qwen3_5_moe", "qwen3_next")
+    assert getattr(modeling("qwen3_5"), CHUNK) is renamed
+
+
+def test_layer_that_no_longer_calls_the_module_function_is_refused(monkeypatch):
+    layer = modeling("qwen3_next").Qwen3NextGatedDeltaNet
+
+    def forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
+        return hidden_states
+
+    monkeypatch.setattr(layer, "forward", forward)
+    with pytest.raises(gdn.UnsupportedError, match="does not call"):
+        gdn_hf.patch("qwen3_next")
+
+
+def test_transformers_without_any_known_model_raises(monkeypatch):
+    monkeypatch.setattr(gdn_hf, "MODELS", {"qwen9": ("transformers.models.qwen9.modeling_qwen9", "Qwen9Layer")})
+    with pytest.raises(gdn.UnsupportedError, match=r"qwen9.*not in this transformers.*nothing was patched"):
+        gdn_hf.patch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gdn_hf.unpatch() == ()
