@@ -2,8 +2,9 @@
 
 The parity tests run the models in float64 with transformers' internal float32 upcasts turned
 into float64 ones (see float64_compute): transformers' pure-PyTorch gated delta rule casts its
-inputs to float32, which would bury gdn's float64 result under float32 rounding. So both sides
-compute in float64 with transformers' own code, and differ only in who computes the delta rule.
+inputs to float32, and its RMS norms round the residual stream to float32, which would bury
+gdn's float64 result under float32 rounding. So both sides compute in float64 with transformers'
+own code, and differ only in who computes the delta rule.
 """
 
 import importlib
@@ -49,8 +50,21 @@ class _TorchComputingInFloat64:
         return getattr(torch, name)
 
 
+_tensor_float = torch.Tensor.float
+
+
+def _float_keeping_float64(self, *args, **kwargs):
+    return self if self.dtype == torch.float64 else _tensor_float(self, *args, **kwargs)
+
+
 class float64_compute:
-    """In the block, a modeling module's code upcasts to float64 where it upcasts to float32."""
+    """In the block, a modeling module's code upcasts to float64 where it upcasts to float32.
+
+    Two ways transformers upcasts: ``x.to(torch.float32)`` (the module's global ``torch`` is
+    swapped for one whose float32 is float64) and ``x.float()`` in its RMS norms and gates (for the
+    block, ``Tensor.float`` leaves a float64 tensor as it is). Without the second, every norm would
+    round the residual stream to float32 and hide differences below 1e-7.
+    """
 
     def __init__(self, name):
         self.module = modeling(name)
@@ -58,8 +72,10 @@ class float64_compute:
     def __enter__(self):
         self.saved = self.module.torch
         self.module.torch = _TorchComputingInFloat64()
+        torch.Tensor.float = _float_keeping_float64
 
     def __exit__(self, *exc):
+        torch.Tensor.float = _tensor_float
         self.module.torch = self.saved
 
 
@@ -69,7 +85,7 @@ def tiny_model(name, dtype=torch.float64, seed=0):
                   num_key_value_heads=1, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
                   linear_key_head_dim=16, linear_value_head_dim=24, linear_conv_kernel_dim=4,
                   layer_types=["linear_attention", "full_attention", "linear_attention"],
-                  max_position_embeddings=256, attn_implementation="sdpa",
+                  max_position_embeddings=256, initializer_range=0.1, attn_implementation="sdpa",
                   experts_implementation="eager")  # grouped_mm takes no float64
     moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
     if name == "qwen3_5":
@@ -173,9 +189,20 @@ def test_patched_training_lowers_the_loss(gdn_calls):
 
 
 def generate(model, prompt, steps):
-    out = model.generate(prompt, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
-                         return_dict_in_generate=True, output_logits=True, pad_token_id=0)
-    return out.sequences, torch.stack(out.logits)
+    return model.generate(prompt, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
+                          pad_token_id=0)
+
+
+def greedy_with_cache(model, prompt, steps):
+    """Greedy decoding by hand, keeping the float64 logits (generate() hands them out in float32)."""
+    with torch.no_grad():
+        out = model(prompt, use_cache=True)
+        logits, sequence = [out.logits[:, -1]], prompt
+        for _ in range(steps - 1):
+            sequence = torch.cat([sequence, logits[-1].argmax(-1, keepdim=True)], dim=1)
+            out = model(sequence[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+            logits.append(out.logits[:, -1])
+    return torch.cat([sequence, logits[-1].argmax(-1, keepdim=True)], dim=1), torch.stack(logits)
 
 
 def test_greedy_generation_with_cache_matches_unpatched(gdn_calls):
@@ -183,16 +210,19 @@ def test_greedy_generation_with_cache_matches_unpatched(gdn_calls):
     prompt = tokens(2, 9)
     steps = 6
     with float64_compute("qwen3_5"):
-        sequences_ref, logits_ref = generate(model, prompt, steps)
+        sequences_ref = generate(model, prompt, steps)
+        by_hand_ref, logits_ref = greedy_with_cache(model, prompt, steps)
         assert not gdn_calls
         with gdn_hf.patched():
-            sequences, logits = generate(model, prompt, steps)
-    assert torch.equal(sequences, sequences_ref)
-    assert relative_error(logits, logits_ref) < 1e-10
-    # Prefill through the chunk function, then one cached single-token step per new token after the
-    # first, each through the recurrent function with the cached state: every one reached gdn.
-    prefill, decode = (9, False, True), (1, True, True)
-    assert gdn_calls == [prefill] * 2 + [decode] * 2 * (steps - 1)
+            sequences = generate(model, prompt, steps)
+            # Prefill through the chunk function, then one cached single-token step per new token
+            # after the first, each through the recurrent function with the cached state: all on gdn.
+            prefill, decode = (9, False, True), (1, True, True)
+            assert gdn_calls == [prefill] * 2 + [decode] * 2 * (steps - 1)
+            by_hand, logits = greedy_with_cache(model, prompt, steps)
+    assert torch.equal(sequences, sequences_ref) and torch.equal(by_hand, by_hand_ref)
+    assert torch.equal(by_hand, sequences)
+    assert logits.dtype == torch.float64 and relative_error(logits, logits_ref) < 1e-10
 
 
 def test_multi_token_step_on_a_cache_matches_unpatched(gdn_calls):

@@ -123,7 +123,7 @@ def _signature_problem(function_name, function):
     has_var_keyword = any(p.kind == p.VAR_KEYWORD for p in parameters)
     if leading != expected or not has_var_keyword:
         found = ", ".join(str(p) for p in parameters)
-        return f"{function_name}({found}) is not ({', '.join(expected)}, ..., **kwargs)"
+        return f"{function_name}({found}) does not start with ({', '.join(expected)}) and take **kwargs"
     return None
 
 
@@ -197,8 +197,8 @@ def patch(models=None):
             reasons = "; ".join(f"{name}: {reason}" for name, (_, reason) in failures.items())
             raise _errors.UnsupportedError(
                 f"gdn cannot patch {'any of ' if not ok else ''}{tuple(failures)} in transformers {version}: "
-                f"{reasons}. gdn.integrations.transformers knows the layout of transformers 5.x's Qwen3.5, "
-                f"Qwen3.5-MoE and Qwen3-Next gated delta-net layers; nothing was patched")
+                f"{reasons}. gdn.integrations.transformers knows these models' gated delta-net layers as transformers "
+                f"5.23 writes them; nothing was patched")
         for name in ok:
             module = inspected[name][0]
             saved = _originals.setdefault(name, {})
