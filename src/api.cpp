@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -12,6 +13,7 @@
 struct gdn_context {
     std::unique_ptr<gdn::Backend> backend;
     std::string last_error;
+    std::mutex error_mutex;  // shares of a call (gdn_forward_share) may finish concurrently
 };
 
 namespace {
@@ -32,6 +34,7 @@ gdn::Status make_backend(const std::string &name, const gdn_context_params &para
 }
 
 gdn_status finish(gdn_context *ctx, const gdn::Status &s) {
+    std::lock_guard<std::mutex> lock(ctx->error_mutex);
     ctx->last_error = s.message;
     return s.code;
 }
@@ -59,29 +62,46 @@ gdn::Status read_offsets(gdn_context *ctx, Args &args) {
     return gdn::validate_offsets(args.dims, args.offsets);
 }
 
-gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, bool compute) {
+// How a call runs: a dry run (check), the whole call, or share ith of nth (gdn_forward_share).
+struct Mode {
+    bool compute = true, share = false;
+    int ith = 0, nth = 1;
+    static Mode check() { return {false, false, 0, 1}; }
+    static Mode whole() { return {true, false, 0, 1}; }
+    static Mode part(int ith, int nth) { return {true, true, ith, nth}; }
+};
+
+gdn::Status check_share(const Mode &m) {
+    if (m.nth < 1 || m.ith < 0 || m.ith >= m.nth)
+        return gdn::fail(GDN_ERROR_INVALID_ARGUMENT, "share ith = %d of nth = %d: need nth >= 1 and 0 <= ith < nth", m.ith, m.nth);
+    return {};
+}
+
+gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, Mode m) {
     if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
     return guarded(ctx, [&]() -> gdn::Status {
+        GDN_TRY(check_share(m));
         gdn::ForwardArgs args;
         GDN_TRY(gdn::validate_forward(p, out, states, args));
         GDN_TRY(read_offsets(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, false));
-        if (!compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
-        return ctx->backend->forward(args);
+        if (!m.compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
+        return m.share ? ctx->backend->forward_share(args, m.ith, m.nth) : ctx->backend->forward(args);
     });
 }
 
 gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
-                        const gdn_grads *grads, bool compute) {
+                        const gdn_grads *grads, Mode m) {
     if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
     return guarded(ctx, [&]() -> gdn::Status {
+        GDN_TRY(check_share(m));
         gdn::BackwardArgs args;
         GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
         GDN_TRY(read_offsets(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, true));
         const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;
-        if (!compute || !wanted) return {};  // nothing asked for
-        return ctx->backend->backward(args);
+        if (!m.compute || !wanted) return {};  // nothing asked for
+        return m.share ? ctx->backend->backward_share(args, m.ith, m.nth) : ctx->backend->backward(args);
     });
 }
 
@@ -160,21 +180,31 @@ const char *gdn_status_string(gdn_status status) {
 
 
 gdn_status gdn_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states) {
-    return run_forward(ctx, p, out, states, true);
+    return run_forward(ctx, p, out, states, Mode::whole());
 }
 
 gdn_status gdn_check_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states) {
-    return run_forward(ctx, p, out, states, false);
+    return run_forward(ctx, p, out, states, Mode::check());
+}
+
+gdn_status gdn_forward_share(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states,
+                             int ith, int nth) {
+    return run_forward(ctx, p, out, states, Mode::part(ith, nth));
 }
 
 gdn_status gdn_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                         const gdn_grads *grads) {
-    return run_backward(ctx, p, d_out, d_states, grads, true);
+    return run_backward(ctx, p, d_out, d_states, grads, Mode::whole());
 }
 
 gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                               const gdn_grads *grads) {
-    return run_backward(ctx, p, d_out, d_states, grads, false);
+    return run_backward(ctx, p, d_out, d_states, grads, Mode::check());
+}
+
+gdn_status gdn_backward_share(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
+                              const gdn_grads *grads, int ith, int nth) {
+    return run_backward(ctx, p, d_out, d_states, grads, Mode::part(ith, nth));
 }
 
 uint64_t gdn_context_workspace_bytes(const gdn_context *ctx) { return ctx ? ctx->backend->workspace_bytes() : 0; }

@@ -142,6 +142,26 @@ GDN_API gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p,
                                       const gdn_tensor *d_out, const gdn_tensor *d_states,
                                       const gdn_grads *grads);
 
+/* Caller-provided threads (a ggml custom op, an OpenMP team, a job system): share ith of nth
+ * (0 <= ith < nth) of one gdn_forward / gdn_backward, computed on the calling thread. The call's
+ * result is complete once every share ith = 0 .. nth-1 has returned GDN_OK, each run exactly
+ * once, on any threads, concurrently or one after another; it is the same, bit for bit, as
+ * gdn_forward / gdn_backward for every nth (the cpu backend's static partition by work unit,
+ * with nth workers). The context's own threads are not used (create it with n_threads = 1).
+ *   cpu: each share's scratch belongs to the calling thread (kept there for its next share), so
+ *        the shares of one call and of different calls may run concurrently on one context.
+ *   ref, cuda: share 0 runs the whole call, the others return GDN_OK at once; one call at a time.
+ * Every share validates the whole call before it writes anything, so bad arguments fail every
+ * share alike and nothing is written; only GDN_ERROR_OUT_OF_MEMORY in one share can leave
+ * other shares' outputs written. gdn_last_error holds the message of the last failed share;
+ * gdn_context_workspace_bytes does not count the threads' share scratch. */
+GDN_API gdn_status gdn_forward_share(gdn_context *ctx, const gdn_problem *p,
+                                     const gdn_tensor *out, const gdn_tensor *states,
+                                     int ith, int nth);
+GDN_API gdn_status gdn_backward_share(gdn_context *ctx, const gdn_problem *p,
+                                      const gdn_tensor *d_out, const gdn_tensor *d_states,
+                                      const gdn_grads *grads, int ith, int nth);
+
 /* Workspace bytes the context holds or would allocate for the last successful call. */
 GDN_API uint64_t gdn_context_workspace_bytes(const gdn_context *ctx);
 

@@ -30,6 +30,12 @@ public:
     virtual Status forward(const ForwardArgs &args) = 0;
     virtual Status backward(const BackwardArgs &args) = 0;
 
+    // Share `ith` of `nth` of a call, on the calling thread (gdn_forward_share). A backend that
+    // cannot split its work runs the whole call in share 0; the cpu backend splits it statically
+    // by work unit, with per-thread scratch, so shares of any calls may run concurrently.
+    virtual Status forward_share(const ForwardArgs &args, int ith, int) { return ith == 0 ? forward(args) : Status{}; }
+    virtual Status backward_share(const BackwardArgs &args, int ith, int) { return ith == 0 ? backward(args) : Status{}; }
+
     // Workspace bytes held for (or needed by) the last call.
     virtual uint64_t workspace_bytes() const { return 0; }
 };

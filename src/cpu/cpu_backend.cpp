@@ -156,7 +156,102 @@ public:
 
     uint64_t workspace_bytes() const override { return workspace_; }
 
+    // Caller-provided threads (gdn_forward_share): the same items as forward() with nth workers,
+    // this share's slice of them, on scratch that belongs to the calling thread. Everything is
+    // allocated (and this share's groups planned) before anything is written.
+    Status forward_share(const ForwardArgs &a, int ith, int nth) override {
+        const Dims &d = a.dims;
+        if (d.N > 0) return packed_shares_unsupported();
+        ShareScratch &s = share_scratch();
+        if (per_token(d, per_token_max_tokens_forward)) {
+            s.token_forward.resize(d);
+            const int64_t units = d.B * d.Hv;
+            for (int64_t unit = cpu::share_begin(units, ith, nth); unit < cpu::share_begin(units, ith + 1, nth); ++unit)
+                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward);
+            return {};
+        }
+        const int64_t max_chunk = chunk_length(d), slices = forward_slices(d, nth), items = d.Bq * d.Hk * slices;
+        const int64_t begin = cpu::share_begin(items, ith, nth), end = cpu::share_begin(items, ith + 1, nth);
+        s.plan_groups(d, *a.g, max_chunk, begin / slices, (end + slices - 1) / slices);
+        s.forward.resize(d, max_chunk);
+        for (int64_t item = begin; item < end; ++item)
+            run_forward_item(a, item, slices, s.plan_of(item / slices), s.forward);
+        return {};
+    }
+
+    Status backward_share(const BackwardArgs &a, int ith, int nth) override {
+        const Dims &d = a.dims;
+        if (d.N > 0) return packed_shares_unsupported();
+        ShareScratch &s = share_scratch();
+        const int64_t groups = d.Bq * d.Hk;
+        const int64_t begin = cpu::share_begin(groups, ith, nth), end = cpu::share_begin(groups, ith + 1, nth);
+        if (per_token(d, per_token_max_tokens_backward)) {
+            s.token_backward.resize(d, token::default_segment(d.T));
+            for (int64_t group = begin; group < end; ++group)
+                token::backward_group(a, group / d.Hk, group % d.Hk, s.token_backward);
+            return {};
+        }
+        const int64_t max_chunk = chunk_length(d);
+        s.plan_groups(d, *a.g, max_chunk, begin, end);
+        s.backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk));
+        for (int64_t group = begin; group < end; ++group)
+            cpu::backward_group(a, group / d.Hk, group % d.Hk, s.plan_of(group), s.backward);
+        return {};
+    }
+
 private:
+    // A calling thread's scratch for shares, kept for its next share (of any context: a thread
+    // runs one share at a time). plans[i] holds the chunk ends of group first_group + i.
+    struct ShareScratch {
+        int64_t first_group = 0;
+        std::vector<std::vector<int64_t>> plans;
+        cpu::ForwardWork forward;
+        cpu::BackwardWork backward;
+        cpu::TokenForwardScratch token_forward;
+        token::BackwardScratch<float, float> token_backward;
+
+        void plan_groups(const Dims &d, const gdn_tensor &g, int64_t max_chunk, int64_t begin, int64_t end) {
+            first_group = begin;
+            plans.resize(static_cast<size_t>(end - begin));
+            for (int64_t group = begin; group < end; ++group)
+                cpu::plan_chunks(cpu::GroupRef{&g, &d, group / d.Hk, group % d.Hk}, max_chunk, plans[group - begin]);
+        }
+        const std::vector<int64_t> &plan_of(int64_t group) const { return plans[static_cast<size_t>(group - first_group)]; }
+    };
+    static Status packed_shares_unsupported() {
+        return fail(GDN_ERROR_UNSUPPORTED, "packed sequences (cu_seqlens) are not split into shares yet: call gdn_forward / "
+                                           "gdn_backward, or one share per sequence");
+    }
+    static ShareScratch &share_scratch() {
+        thread_local ShareScratch scratch;
+        return scratch;
+    }
+
+    // Fewer groups than workers: the forward splits each group's units into slices so every
+    // worker has work (the bits do not depend on the slicing: see forward_group).
+    static int64_t forward_slices(const Dims &d, int workers) {
+        const int64_t groups = d.Bq * d.Hk, units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+        return groups >= workers ? 1 : std::min<int64_t>(units, (workers + groups - 1) / groups);
+    }
+
+    static void run_forward_item(const ForwardArgs &a, int64_t item, int64_t slices, const std::vector<int64_t> &plan,
+                                 cpu::ForwardWork &w) {
+        const Dims &d = a.dims;
+        const int64_t group = item / slices, slice = item % slices;
+        const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+        cpu::forward_group(a, group / d.Hk, group % d.Hk, plan, slice * units / slices, (slice + 1) * units / slices, w);
+    }
+
+    static BackwardLayout widest_layout_of(const std::vector<std::vector<int64_t>> &plans, const Dims &d, int64_t max_chunk) {
+        BackwardLayout widest;
+        for (const auto &ends : plans) {
+            const BackwardLayout l = BackwardLayout::of(static_cast<int64_t>(ends.size()), d.T, max_chunk);
+            widest.chunks_per_segment = std::max(widest.chunks_per_segment, l.chunks_per_segment);
+            widest.segments = std::max(widest.segments, l.segments);
+        }
+        return widest;
+    }
+
     // chunk_size 1 forces the per-token form, any other explicit size the chunked one; 0 picks by T.
     bool per_token(const Dims &d, int64_t max_tokens) const {
         return chunk_size_ == 1 || (chunk_size_ == 0 && d.T <= max_tokens);

@@ -16,7 +16,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_slice(int worker) {
-    const int64_t begin = items_ * worker / threads_, end = items_ * (worker + 1) / threads_;
+    const int64_t begin = share_begin(items_, worker, threads_), end = share_begin(items_, worker + 1, threads_);
     for (int64_t i = begin; i < end; ++i) (*fn_)(i, worker);
 }
 

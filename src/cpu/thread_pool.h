@@ -12,6 +12,9 @@
 
 namespace gdn::cpu {
 
+// The static partition: worker w of n owns items [share_begin(items, w, n), share_begin(items, w + 1, n)).
+inline int64_t share_begin(int64_t items, int worker, int workers) { return items * worker / workers; }
+
 class ThreadPool {
 public:
     explicit ThreadPool(int threads);  // threads >= 1; the calling thread is worker 0
