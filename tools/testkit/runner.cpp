@@ -11,6 +11,7 @@ namespace gdn::testkit {
 std::vector<BackendSpec> available_backends() {
     std::vector<BackendSpec> out = {{"REF", "ref", 0}};
     if (gdn_backend_available("cpu")) out.push_back({"CPU", "cpu", 0});
+    if (ggml_runner_built()) out.push_back({"GGML", "ggml", 0});
     std::string why;
     for (int device = 0; device < 16; ++device) {
         if (!make_cuda_memory(device, why)) break;
@@ -24,6 +25,8 @@ bool parse_backend(const std::string &label, BackendSpec &out) {
     std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
     if (up == "REF") out = {"REF", "ref", 0};
     else if (up == "CPU") out = {"CPU", "cpu", 0};
+    else if (up == "GGML") out = {"GGML", "ggml", 0};
+    else if (up == "GGML-GDN") out = {"GGML-GDN", "ggml-gdn", 0};
     else if (up.rfind("CUDA", 0) == 0) {
         const std::string digits = up.substr(4);
         if (!digits.empty() && !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
@@ -41,6 +44,10 @@ BackendSession::BackendSession(const BackendSpec &spec, int n_threads, int chunk
     } else {
         memory_ = &host_memory();
     }
+    if (spec.is_ggml()) {
+        ggml_ = make_ggml_runner(spec.name == "ggml" ? GgmlOp::Upstream : GgmlOp::Gdn, n_threads, error_);
+        return;
+    }
     gdn_context_params params = gdn_context_default_params();
     params.n_threads = n_threads;
     params.device = spec.device;
@@ -50,18 +57,35 @@ BackendSession::BackendSession(const BackendSpec &spec, int n_threads, int chunk
 
 BackendSession::~BackendSession() { gdn_context_free(ctx_); }
 
+gdn_status BackendSession::forward(const gdn_problem &p, const gdn_tensor *out, const gdn_tensor *states, bool compute) {
+    if (ggml_) return compute ? ggml_->forward(p, out, states, ggml_error_) : ggml_->check(p, out, states, ggml_error_);
+    return compute ? gdn_forward(ctx_, &p, out, states) : gdn_check_forward(ctx_, &p, out, states);
+}
+
+gdn_status BackendSession::backward(const gdn_problem &p, const gdn_tensor *d_out, const gdn_tensor *d_states,
+                                    const gdn_grads *grads, bool compute) {
+    if (ggml_) {
+        ggml_error_ = spec_.name == "ggml" ? "ggml has no backward of the gated delta net (upstream has the forward only)"
+                                           : "the harness runs GGML-GDN's forward only (tests/ggml holds gdn_ggml_gated_delta_net_back "
+                                             "against the C API)";
+        return GDN_ERROR_UNSUPPORTED;
+    }
+    return compute ? gdn_backward(ctx_, &p, d_out, d_states, grads) : gdn_check_backward(ctx_, &p, d_out, d_states, grads);
+}
+
+std::string BackendSession::last_error() const { return ggml_ ? ggml_error_ : gdn_last_error(ctx_); }
+
 namespace {
 
-gdn_status call(const Case &c, const Mirror &in, const Mirror &out, gdn_context *ctx, bool compute) {
+gdn_status call(const Case &c, const Mirror &in, const Mirror &out, BackendSession &session, bool compute) {
     const gdn_problem p = problem_of(c, in);
     if (c.op == Op::Forward) {
         const gdn_tensor o = out.tensor("out"), states = out.tensor("states");
-        return compute ? gdn_forward(ctx, &p, &o, &states) : gdn_check_forward(ctx, &p, &o, &states);
+        return session.forward(p, &o, &states, compute);
     }
     const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
     const gdn_grads grads = grads_of(out);
-    return compute ? gdn_backward(ctx, &p, &d_out, &d_states, &grads)
-                   : gdn_check_backward(ctx, &p, &d_out, &d_states, &grads);
+    return session.backward(p, &d_out, &d_states, &grads, compute);
 }
 
 }  // namespace
@@ -73,8 +97,8 @@ RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session) {
         Mirror in(inputs, session.memory()), out(r.outputs, session.memory());
         in.upload();
         out.upload();
-        r.status = call(c, in, out, session.context(), true);
-        if (r.status != GDN_OK) r.error = gdn_last_error(session.context());
+        r.status = call(c, in, out, session, true);
+        if (r.status != GDN_OK) r.error = session.last_error();
         out.download();
         in.download();
         r.stray_write = r.outputs.changed_outside_views();
@@ -89,8 +113,8 @@ RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session) {
 gdn_status check_case(const Case &c, TensorSet &inputs, BackendSession &session, std::string &why) {
     TensorSet outputs = make_outputs(c, inputs.type());
     Mirror in(inputs, host_memory()), out(outputs, host_memory());
-    const gdn_status s = call(c, in, out, session.context(), false);
-    why = s == GDN_OK ? "" : gdn_last_error(session.context());
+    const gdn_status s = call(c, in, out, session, false);
+    why = s == GDN_OK ? "" : session.last_error();
     return s;
 }
 

@@ -7,21 +7,25 @@
 #include <vector>
 
 #include "case.h"
+#include "ggml_runner.h"
 #include "memory.h"
 #include "tensor_set.h"
 
 namespace gdn::testkit {
 
-// A backend as the harness names it: REF, CPU, CUDA0 (CUDA device 0), ...
+// A backend as the harness names it: REF, CPU, CUDA0 (CUDA device 0), ... and, with the ggml
+// integration, GGML (ggml's own CPU forward, ggml_gated_delta_net) and GGML-GDN (gdn's drop-in
+// gdn_ggml_gated_delta_net in a ggml graph): forward only, run on ggml's thread pool.
 struct BackendSpec {
-    std::string label;   // REF, CPU, CUDA0
-    std::string name;    // the library's name: ref, cpu, cuda
+    std::string label;   // REF, CPU, CUDA0, GGML, GGML-GDN
+    std::string name;    // the library's name: ref, cpu, cuda; ggml, ggml-gdn
     int device = 0;
+    bool is_ggml() const { return name.rfind("ggml", 0) == 0; }
 };
 
-// Every backend this build can start on this machine, REF first.
+// Every backend this build can start on this machine, REF first (GGML but not GGML-GDN).
 std::vector<BackendSpec> available_backends();
-// Parses REF, CPU, CUDA<n> (case-insensitive); false for anything else.
+// Parses REF, CPU, CUDA<n>, GGML, GGML-GDN (case-insensitive); false for anything else.
 bool parse_backend(const std::string &label, BackendSpec &out);
 
 class BackendSession {
@@ -32,15 +36,28 @@ public:
     BackendSession(const BackendSession &) = delete;
     BackendSession &operator=(const BackendSession &) = delete;
 
-    bool ok() const { return ctx_ != nullptr && memory_ != nullptr; }
+    bool ok() const { return (ctx_ != nullptr || ggml_ != nullptr) && memory_ != nullptr; }
     const std::string &error() const { return error_; }
     const BackendSpec &spec() const { return spec_; }
-    gdn_context *context() const { return ctx_; }
+    gdn_context *context() const { return ctx_; }  // nullptr for GGML backends
     Memory &memory() const { return *memory_; }
+
+    // The op on this backend (compute = false: the dry run), as the C API answers; GGML
+    // backends take the forward only. last_error() after a failure.
+    gdn_status forward(const gdn_problem &p, const gdn_tensor *out, const gdn_tensor *states, bool compute = true);
+    gdn_status backward(const gdn_problem &p, const gdn_tensor *d_out, const gdn_tensor *d_states, const gdn_grads *grads,
+                        bool compute = true);
+    std::string last_error() const;
+    uint64_t workspace_bytes() const { return ctx_ ? gdn_context_workspace_bytes(ctx_) : 0; }
+    // Seconds of the last call spent in the op itself when the backend measures that apart from
+    // its own copies (GGML: ggml_graph_compute without the copy out of ggml's packed result); 0 otherwise.
+    double last_op_seconds() const { return ggml_ ? ggml_->last_compute_seconds() : 0.0; }
 
 private:
     BackendSpec spec_;
     gdn_context *ctx_ = nullptr;
+    std::unique_ptr<GgmlRunner> ggml_;
+    std::string ggml_error_;
     std::unique_ptr<Memory> owned_memory_;
     Memory *memory_ = nullptr;
     std::string error_;
