@@ -16,7 +16,14 @@ installed=$("$venv/bin/python" -m pip show ggml-python 2>/dev/null | sed -n 's/^
 if [[ "$installed" != "$pin" ]]; then
   echo "setup-ggml: installing ggml-python==$pin into $venv (builds ggml from source)" >&2
   command -v python3 >/dev/null || { echo "setup-ggml: python3 is required" >&2; exit 1; }
-  [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+  if [[ ! -x "$venv/bin/python" ]] && ! python3 -m venv "$venv" >&2; then
+    rm -rf "$venv"   # Debian's python3 needs python3-venv for this
+    sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq python3-venv >&2
+    python3 -m venv "$venv"
+  fi
   CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "ggml-python==$pin" >&2
 fi

@@ -7,10 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
+ggml_dir=$(scripts/setup-ggml.sh)   # a pinned ggml for integrations/ggml, cached in ~/.cache/gdn
 build=${GDN_BUILD_DIR:-build}
 jobs=$(nproc)
 # shellcheck disable=SC2086
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${GDN_CMAKE_ARGS:-}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_GGML=ON -DGDN_GGML_DIR="$ggml_dir" ${GDN_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 1500
 scripts/test-python.sh
