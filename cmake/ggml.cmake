@@ -14,7 +14,7 @@ if(NOT GDN_GGML STREQUAL "OFF")
   find_package(ggml CONFIG QUIET HINTS ${_gdn_ggml_hints})
   if(ggml_FOUND AND TARGET ggml::ggml)
     set(GDN_WITH_GGML ON)
-    message(STATUS "gdn: ggml ${ggml_VERSION} found (${ggml_DIR}): building integrations/ggml, the GGML backend of gdn-ops and their tests")
+    message(STATUS "gdn: ggml ${GGML_VERSION} found (${ggml_DIR}): building integrations/ggml, the GGML backend of gdn-ops and their tests")
   elseif(GDN_GGML STREQUAL "ON")
     message(FATAL_ERROR "gdn: GDN_GGML=ON but no ggml was found (GDN_GGML_DIR = \"${GDN_GGML_DIR}\"); "
                         "scripts/setup-ggml.sh installs a pinned one and prints the folder to pass as -DGDN_GGML_DIR")
