@@ -38,7 +38,8 @@ TEST(GgmlDropIn, AgreesWithUpstreamOnEveryHarnessCaseItTakes) {
         std::string why;
         if (check_case(c, inputs, upstream, why) != GDN_OK) {
             // What upstream refuses is a real limit of its op, not of the drop-in's dry run.
-            EXPECT_TRUE(why.find("Sk == Sv") != std::string::npos || why.find("tiled") != std::string::npos) << why;
+            EXPECT_TRUE(why.find("Sk == Sv") != std::string::npos || why.find("tiled") != std::string::npos ||
+                        why.find("cu_seqlens") != std::string::npos) << why;
             continue;
         }
         RunResult a = run_case(c, inputs, upstream), b = run_case(c, inputs, dropin);

@@ -50,6 +50,10 @@ public:
             why = gdn_last_error(validator_);
             return s;
         }
+        if (p.cu_seqlens.data != nullptr) {
+            why = "ggml's gated delta net takes no packed sequences (cu_seqlens)";
+            return GDN_ERROR_UNSUPPORTED;
+        }
         if (p.q.type != GDN_TYPE_F32) {
             why = "ggml's gated delta net takes F32 tensors";
             return GDN_ERROR_TYPE;
