@@ -1,13 +1,18 @@
 /* gdn: the gated delta rule (Gated DeltaNet), forward and backward, on CPU and NVIDIA GPUs.
  *
- * The contract is ../shared/SPEC.md (math, layout, errors). In short, per value head h and
- * sequence b, with S a Sk x Sv state matrix:
+ * The contract (math, layouts, head maps, element types, errors, threads) is docs/SPEC.md in
+ * the source tree. In short, per value head h and sequence b, with S a Sk x Sv state matrix:
  *
  *     S <- diag(exp(g_t)) S;   d = beta_t (v_t - S^T k_t);   S <- S + k_t d^T;   o_t = scale S^T q_t
  *
  * Tensors are described as in ggml: ne[4] element counts and nb[4] byte strides, innermost
  * first. Rows must be contiguous (nb[0] == element size); the outer strides are free, so q, k
  * and v may be row views into one packed projection buffer.
+ *
+ * Coming from PyTorch (Hugging Face, FLA): set head_map = GDN_HEAD_MAP_GROUPED (a zeroed
+ * gdn_problem is TILED, ggml's map, and gives silently different results when Hv > Hk), and
+ * note that a state [Sk,Sv,Hv,B] here holds S[i][j] at i + j*Sk: the transpose of the
+ * row-major [K, V] state of HF/FLA.
  *
  * Every call validates all of its arguments before it writes anything: on error the outputs
  * are untouched and gdn_last_error(ctx) names the tensor, dimension and values at fault.
@@ -54,7 +59,11 @@ typedef struct gdn_tensor {
     int64_t  nb[4];   /* strides in bytes */
 } gdn_tensor;
 
-/* Which key head value head h reads, for Hk key heads and Hv value heads. */
+/* Which key head value head h reads, for Hk key heads and Hv value heads.
+ * The default (0, what a zero-initialised gdn_problem has) is TILED, ggml's map. Hugging Face
+ * transformers and FLA repeat each key head over consecutive value heads: that is GROUPED.
+ * Callers porting PyTorch code must set GROUPED: with Hv > Hk the wrong map is not an error,
+ * it pairs other heads and gives silently wrong results. Identical when Hv == Hk. */
 typedef enum {
     GDN_HEAD_MAP_TILED   = 0,   /* kh = h % Hk: the ggml convention (default) */
     GDN_HEAD_MAP_GROUPED = 1    /* kh = h / (Hv / Hk): the FLA / Hugging Face convention */
