@@ -1,80 +1,104 @@
 // gdn-ops grad: each backend's backward against finite differences of the REF forward in F64.
+#include <algorithm>
 #include <cstdio>
 
 #include "finite_diff.h"
+#include "isolation.h"
 #include "modes.h"
 #include "problem_data.h"
 #include "report.h"
 #include "thresholds.h"
+#include "work_items.h"
 
 namespace gdn::ops {
+namespace {
+
+// Runs in the worker: one case and seed on one backend.
+class GradRunner final : public ItemRunner {
+public:
+    GradRunner(const Options &o, const std::vector<testkit::BackendSpec> &backends, const std::vector<WorkItem> &items)
+        : o_(o), backends_(backends), items_(items), sessions_(o.threads, o.chunk_size) {}
+
+    std::optional<Record> run(size_t i, bool &suspect) override {
+        const WorkItem &item = items_[i];
+        const testkit::BackendSpec &spec = backends_[item.backend];
+        const testkit::Case &c = *item.c;
+        std::optional<Record> start_failure;
+        testkit::BackendSession *session = sessions_.get(spec, start_failure);
+        if (!session) return start_failure;
+        // REF is checked in F64 (its own precision); the others in F32, what they compute in.
+        const gdn_type type = spec.label == "REF" ? GDN_TYPE_F64 : GDN_TYPE_F32;
+        const uint64_t seed = c.seed(o_.seed + static_cast<uint64_t>(item.rep));
+        Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
+        if (o_.repeat > 1) rec.label += " seed=" + std::to_string(o_.seed + static_cast<uint64_t>(item.rep));
+        testkit::TensorSet inputs = testkit::make_inputs(c, type, seed);
+        std::string why;
+        const gdn_status support = testkit::check_case(c, inputs, *session, why);
+        if (support != GDN_OK) {
+            const bool unsupported = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE;
+            rec.verdict = unsupported ? Verdict::Skip : Verdict::Fail;
+            rec.note = std::string(gdn_status_string(support)) + ": " + why;
+            return rec;
+        }
+        testkit::RunResult r = testkit::run_case(c, inputs, *session);
+        if (r.status != GDN_OK || !r.stray_write.empty()) {
+            suspect = !r.stray_write.empty();  // a write past a guard zone may have hit the heap
+            rec.verdict = Verdict::Fail;
+            rec.note = r.status != GDN_OK ? std::string(gdn_status_string(r.status)) + ": " + r.error : r.stray_write;
+            return rec;
+        }
+        const double limit = testkit::grad_threshold(c, type);
+        double worst = 0;
+        try {
+            for (const testkit::GradientCheck &check : testkit::check_gradients(c, seed, r.outputs, ref_.context(), o_.samples)) {
+                worst = std::max(worst, check.worst);
+                if (!(check.worst <= limit)) {
+                    rec.verdict = Verdict::Fail;
+                    rec.note += (rec.note.empty() ? "" : "; ") + check.describe();
+                }
+            }
+        } catch (const std::exception &e) {
+            rec.verdict = Verdict::Fail;
+            rec.note = e.what();
+        }
+        if (rec.verdict == Verdict::Fail) {
+            char buf[48];
+            std::snprintf(buf, sizeof buf, " (limit %.0e)", limit);
+            rec.note += buf;
+        }
+        rec.values = {{"worst", worst}};
+        return rec;
+    }
+
+private:
+    const Options &o_;
+    const std::vector<testkit::BackendSpec> &backends_;
+    const std::vector<WorkItem> &items_;
+    SessionCache sessions_;
+    testkit::BackendSession ref_{{"REF", "ref", 0}, 1};
+};
+
+}  // namespace
 
 int run_grad(const Options &o) {
     Report report(o.output, "grad");
     std::vector<testkit::BackendSpec> backends;
-    if (!chosen_backends(o, true, backends)) return 2;
-    testkit::BackendSession ref({"REF", "ref", 0}, 1);
+    if (!chosen_backends_isolated(o, true, backends)) return 2;
     std::vector<testkit::Case> cases;
     for (const testkit::Case &c : select_cases(o))
         if (c.op == testkit::Op::Backward) cases.push_back(c);
     report.say("Checking the backward of " + std::to_string(backends.size()) + " backend(s) on " +
                std::to_string(cases.size()) + " cases x " + std::to_string(o.repeat) + " seed(s) against finite differences");
-    for (const auto &spec : backends) {
-        report.say("Backend " + spec.label + ":");
-        testkit::BackendSession session(spec, o.threads, o.chunk_size);
-        if (!session.ok()) {
-            report.add({spec.label, "backend start", "", Verdict::Fail, "cannot start: " + session.error(), {}});
-            continue;
-        }
-        // REF is checked in F64 (its own precision); the others in F32, what they compute in.
-        const gdn_type type = spec.label == "REF" ? GDN_TYPE_F64 : GDN_TYPE_F32;
-        for (const testkit::Case &c : cases)
-            for (int rep = 0; rep < o.repeat; ++rep) {
-                const uint64_t seed = c.seed(o.seed + static_cast<uint64_t>(rep));
-                Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
-                if (o.repeat > 1) rec.label += " seed=" + std::to_string(o.seed + static_cast<uint64_t>(rep));
-                testkit::TensorSet inputs = testkit::make_inputs(c, type, seed);
-                std::string why;
-                const gdn_status support = testkit::check_case(c, inputs, session, why);
-                if (support != GDN_OK) {
-                    const bool unsupported = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE;
-                    rec.verdict = unsupported ? Verdict::Skip : Verdict::Fail;
-                    rec.note = std::string(gdn_status_string(support)) + ": " + why;
-                    report.add(rec);
-                    continue;
-                }
-                testkit::RunResult r = testkit::run_case(c, inputs, session);
-                if (r.status != GDN_OK || !r.stray_write.empty()) {
-                    rec.verdict = Verdict::Fail;
-                    rec.note = r.status != GDN_OK ? std::string(gdn_status_string(r.status)) + ": " + r.error : r.stray_write;
-                    report.add(rec);
-                    continue;
-                }
-                const double limit = testkit::grad_threshold(c, type);
-                double worst = 0;
-                try {
-                    for (const testkit::GradientCheck &check :
-                         testkit::check_gradients(c, seed, r.outputs, ref.context(), o.samples)) {
-                        worst = std::max(worst, check.worst);
-                        if (!(check.worst <= limit)) {
-                            rec.verdict = Verdict::Fail;
-                            rec.note += (rec.note.empty() ? "" : "; ") + check.describe();
-                        }
-                    }
-                } catch (const std::exception &e) {
-                    rec.verdict = Verdict::Fail;
-                    rec.note = e.what();
-                }
-                if (rec.verdict == Verdict::Fail) {
-                    char buf[48];
-                    std::snprintf(buf, sizeof buf, " (limit %.0e)", limit);
-                    rec.note += buf;
-                }
-                rec.values = {{"worst", worst}};
-                report.add(rec);
-            }
-        report.backend_summary(spec.label);
-    }
+    const std::vector<WorkItem> items = work_items(backends.size(), cases, o.repeat);
+    ItemPlan plan;
+    plan.count = items.size();
+    plan.describe = [&](size_t i) {
+        Record r{backends[items[i].backend].label, items[i].c->label(), items[i].c->group, Verdict::Fail, "", {}};
+        if (o.repeat > 1) r.label += " seed=" + std::to_string(o.seed + static_cast<uint64_t>(items[i].rep));
+        return r;
+    };
+    plan.make_runner = [&] { return std::make_unique<GradRunner>(o, backends, items); };
+    run_items(report, plan, o.isolate);
     return report.finish();
 }
 

@@ -6,26 +6,104 @@
 #include <cstdio>
 #include <ctime>
 
+#include "isolation.h"
 #include "modes.h"
 #include "peak.h"
 #include "problem_data.h"
 #include "report.h"
+#include "work_items.h"
 
 namespace gdn::ops {
+
 namespace {
 
-double process_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+// Runs in the worker: times one case on one backend.
+class PerfRunner final : public ItemRunner {
+public:
+    PerfRunner(const Options &o, const Peak &peak, const std::vector<testkit::BackendSpec> &backends,
+               const std::vector<WorkItem> &items)
+        : o_(o), peak_(peak), backends_(backends), items_(items), sessions_(o.threads, o.chunk_size) {}
+
+    std::optional<Record> run(size_t i, bool &) override {
+        const WorkItem &item = items_[i];
+        const testkit::BackendSpec &spec = backends_[item.backend];
+        const testkit::Case &c = *item.c;
+        std::optional<Record> start_failure;
+        testkit::BackendSession *session = sessions_.get(spec, start_failure);
+        if (!session) return start_failure;
+        Record rec{spec.label, c.label(), c.group, Verdict::Info, "", {}};
+        testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o_.seed));
+        std::string why;
+        const gdn_status support = testkit::check_case(c, inputs, *session, why);
+        if (support != GDN_OK) {
+            rec.verdict = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE ? Verdict::Skip : Verdict::Fail;
+            rec.note = std::string(gdn_status_string(support)) + ": " + why;
+            return rec;
+        }
+        testkit::TensorSet outputs = testkit::make_outputs(c, GDN_TYPE_F32);
+        testkit::Mirror in(inputs, session->memory()), out(outputs, session->memory());
+        in.upload();
+        out.upload();
+        const gdn_problem p = testkit::problem_of(c, in);
+        const gdn_tensor o_t = out.tensor("out"), states = out.tensor("states");
+        const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
+        const gdn_grads grads = testkit::grads_of(out);
+        auto call = [&] {
+            return c.op == testkit::Op::Forward ? session->forward(p, &o_t, &states)
+                                                : session->backward(p, &d_out, &d_states, &grads);
+        };
+        gdn_status status = call();  // warm-up: workspace, caches, clocks
+        session->memory().synchronize();
+        std::vector<double> times, cpu_times;
+        double total = 0;
+        while (status == GDN_OK && (total < o_.min_time || times.size() < 3) && times.size() < 100000) {
+            const double cpu_start = process_cpu_seconds();
+            const auto start = std::chrono::steady_clock::now();
+            status = call();
+            session->memory().synchronize();
+            double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (session->last_op_seconds() > 0) dt = session->last_op_seconds();  // GGML: the graph, not its copy-out
+            times.push_back(dt);
+            cpu_times.push_back(process_cpu_seconds() - cpu_start);
+            total += dt;
+        }
+        if (status != GDN_OK) {
+            rec.verdict = Verdict::Fail;
+            rec.note = std::string(gdn_status_string(status)) + ": " + session->last_error();
+            return rec;
+        }
+        std::sort(times.begin(), times.end());
+        std::sort(cpu_times.begin(), cpu_times.end());
+        const double median = times[times.size() / 2];
+        const double tokens = static_cast<double>(c.shape.T * c.shape.B);
+        const double gflops = c.canonical_flops() / median / 1e9;
+        // cpu_ms: the process's CPU time per call (all threads), steadier than wall time on a
+        // shared machine; on the cpu backend, threads x canonical FLOP / CPU time is what the
+        // cores give when the program has them to itself (docs/PERF.md).
+        rec.values = {{"ms", median * 1e3},
+                      {"cpu_ms", cpu_times[cpu_times.size() / 2] * 1e3},
+                      {"tok/s", tokens / median},
+                      {"GFLOP/s", gflops},
+                      {"%peak", session->memory().is_host() ? 100.0 * gflops / peak_.gflops : 0.0},
+                      {"workspace_MiB", static_cast<double>(session->workspace_bytes()) / (1 << 20)},
+                      {"runs", static_cast<double>(times.size())}};
+        return rec;
+    }
+
+private:
+    const Options &o_;
+    const Peak &peak_;
+    const std::vector<testkit::BackendSpec> &backends_;
+    const std::vector<WorkItem> &items_;
+    SessionCache sessions_;
+};
 
 }  // namespace
 
 int run_perf(const Options &o) {
     Report report(o.output, "perf");
     std::vector<testkit::BackendSpec> backends;
-    if (!chosen_backends(o, false, backends)) return 2;
+    if (!chosen_backends_isolated(o, false, backends)) return 2;
     const Peak peak = measure_peak(o.threads);
     char head[160];
     std::snprintf(head, sizeof head, "Peak F32 FMA on this machine: %.1f GFLOP/s (%s, %d thread%s)", peak.gflops, peak.isa,
@@ -33,75 +111,14 @@ int run_perf(const Options &o) {
     report.say(head);
     report.add({"host", "peak", "perf", Verdict::Info, peak.isa, {{"gflops", peak.gflops}, {"threads", peak.threads}}});
     const std::vector<testkit::Case> cases = select_cases(o);
-    for (const auto &spec : backends) {
-        report.say("Backend " + spec.label + ":");
-        testkit::BackendSession session(spec, o.threads, o.chunk_size);
-        if (!session.ok()) {
-            report.add({spec.label, "backend start", "", Verdict::Fail, "cannot start: " + session.error(), {}});
-            continue;
-        }
-        for (const testkit::Case &c : cases) {
-            Record rec{spec.label, c.label(), c.group, Verdict::Info, "", {}};
-            testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o.seed));
-            std::string why;
-            const gdn_status support = testkit::check_case(c, inputs, session, why);
-            if (support != GDN_OK) {
-                rec.verdict = support == GDN_ERROR_UNSUPPORTED || support == GDN_ERROR_TYPE ? Verdict::Skip : Verdict::Fail;
-                rec.note = std::string(gdn_status_string(support)) + ": " + why;
-                report.add(rec);
-                continue;
-            }
-            testkit::TensorSet outputs = testkit::make_outputs(c, GDN_TYPE_F32);
-            testkit::Mirror in(inputs, session.memory()), out(outputs, session.memory());
-            in.upload();
-            out.upload();
-            const gdn_problem p = testkit::problem_of(c, in);
-            const gdn_tensor o_t = out.tensor("out"), states = out.tensor("states");
-            const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
-            const gdn_grads grads = testkit::grads_of(out);
-            auto call = [&] {
-                return c.op == testkit::Op::Forward ? session.forward(p, &o_t, &states)
-                                                    : session.backward(p, &d_out, &d_states, &grads);
-            };
-            gdn_status status = call();  // warm-up: workspace, caches, clocks
-            session.memory().synchronize();
-            std::vector<double> times, cpu_times;
-            double total = 0;
-            while (status == GDN_OK && (total < o.min_time || times.size() < 3) && times.size() < 100000) {
-                const double cpu_start = process_cpu_seconds();
-                const auto start = std::chrono::steady_clock::now();
-                status = call();
-                session.memory().synchronize();
-                double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-                if (session.last_op_seconds() > 0) dt = session.last_op_seconds();  // GGML: the graph, not its copy-out
-                times.push_back(dt);
-                cpu_times.push_back(process_cpu_seconds() - cpu_start);
-                total += dt;
-            }
-            if (status != GDN_OK) {
-                rec.verdict = Verdict::Fail;
-                rec.note = std::string(gdn_status_string(status)) + ": " + session.last_error();
-                report.add(rec);
-                continue;
-            }
-            std::sort(times.begin(), times.end());
-            std::sort(cpu_times.begin(), cpu_times.end());
-            const double median = times[times.size() / 2];
-            const double tokens = static_cast<double>(c.shape.T * c.shape.B);
-            const double gflops = c.canonical_flops() / median / 1e9;
-            // cpu_ms: the process's CPU time per call (all threads), steadier than wall time on a
-            // shared machine; on the cpu backend, threads x canonical FLOP / CPU time is what the
-            // cores give when the program has them to itself (docs/PERF.md).
-            rec.values = {{"ms", median * 1e3},
-                          {"cpu_ms", cpu_times[cpu_times.size() / 2] * 1e3},
-                          {"tok/s", tokens / median},
-                          {"GFLOP/s", gflops},
-                          {"%peak", session.memory().is_host() ? 100.0 * gflops / peak.gflops : 0.0},
-                          {"workspace_MiB", static_cast<double>(session.workspace_bytes()) / (1 << 20)},
-                          {"runs", static_cast<double>(times.size())}};
-            report.add(rec);
-        }
-    }
+    const std::vector<WorkItem> items = work_items(backends.size(), cases, 1);
+    ItemPlan plan;
+    plan.count = items.size();
+    plan.describe = [&](size_t i) {
+        return Record{backends[items[i].backend].label, items[i].c->label(), items[i].c->group, Verdict::Fail, "", {}};
+    };
+    plan.make_runner = [&] { return std::make_unique<PerfRunner>(o, peak, backends, items); };
+    run_items(report, plan, o.isolate);
     return report.finish();
 }
 

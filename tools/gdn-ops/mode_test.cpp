@@ -1,12 +1,15 @@
 // gdn-ops test: every backend other than REF against REF, per output tensor.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
+#include "isolation.h"
 #include "metrics.h"
 #include "modes.h"
 #include "problem_data.h"
 #include "report.h"
 #include "thresholds.h"
+#include "work_items.h"
 
 namespace gdn::ops {
 
@@ -40,12 +43,85 @@ std::vector<std::string> output_names(const testkit::Case &c) {
 // that is the backend's to give (not supported), or a failure.
 bool refused_as_unsupported(gdn_status s) { return s == GDN_ERROR_UNSUPPORTED || s == GDN_ERROR_TYPE; }
 
+// Runs in the worker: one case on one backend against REF (REF's outputs kept per case and
+// seed, for the next backend).
+class TestRunner final : public ItemRunner {
+public:
+    TestRunner(const Options &o, const std::vector<testkit::BackendSpec> &backends, const std::vector<WorkItem> &items)
+        : o_(o), backends_(backends), items_(items), sessions_(o.threads, o.chunk_size) {}
+
+    std::optional<Record> run(size_t i, bool &suspect) override {
+        const WorkItem &item = items_[i];
+        const testkit::BackendSpec &spec = backends_[item.backend];
+        const testkit::Case &c = *item.c;
+        std::optional<Record> start_failure;
+        testkit::BackendSession *session = sessions_.get(spec, start_failure);
+        if (!session) return start_failure;
+        const uint64_t seed = c.seed(o_.seed + static_cast<uint64_t>(item.rep));
+        Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
+        testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, seed);
+        std::string why;
+        const gdn_status support = testkit::check_case(c, inputs, *session, why);
+        if (support != GDN_OK) {
+            rec.verdict = refused_as_unsupported(support) ? Verdict::Skip : Verdict::Fail;
+            rec.note = std::string(gdn_status_string(support)) + ": " + why;
+            return rec;
+        }
+        const std::string key = rec.label + "#" + std::to_string(seed);
+        if (!ref_outputs_.count(key)) {
+            testkit::RunResult r = testkit::run_case(c, inputs, ref_);
+            if (r.status != GDN_OK || !r.stray_write.empty()) {
+                suspect = !r.stray_write.empty();
+                rec.verdict = Verdict::Fail;
+                rec.note = "REF failed: " + (r.status != GDN_OK ? r.error : r.stray_write);
+                return rec;
+            }
+            ref_outputs_.emplace(key, std::move(r.outputs));
+        }
+        const testkit::TensorSet &expected = ref_outputs_.at(key);
+        testkit::RunResult r = testkit::run_case(c, inputs, *session);
+        if (r.status != GDN_OK) {
+            rec.verdict = Verdict::Fail;
+            rec.note = std::string(gdn_status_string(r.status)) + ": " + r.error;
+        } else if (!r.stray_write.empty()) {
+            rec.verdict = Verdict::Fail;
+            rec.note = r.stray_write;
+            suspect = true;  // a write past a guard zone may have hit the heap
+        }
+        double worst_nmse = 0, worst_rel = 0;
+        for (const std::string &name : output_names(c)) {
+            if (r.status != GDN_OK) break;
+            const testkit::Comparison cmp = testkit::compare(r.outputs.read(name), expected.read(name));
+            const testkit::Threshold thr = testkit::test_threshold(c, name);
+            worst_nmse = std::max(worst_nmse, cmp.nmse);
+            worst_rel = std::max(worst_rel, cmp.max_rel);
+            if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
+                rec.verdict = Verdict::Fail;
+                char buf[160];
+                std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", rec.note.empty() ? "" : "; ",
+                              name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
+                rec.note += buf;
+            }
+        }
+        rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
+        return rec;
+    }
+
+private:
+    const Options &o_;
+    const std::vector<testkit::BackendSpec> &backends_;
+    const std::vector<WorkItem> &items_;
+    SessionCache sessions_;
+    testkit::BackendSession ref_{{"REF", "ref", 0}, 1};
+    std::map<std::string, testkit::TensorSet> ref_outputs_;  // by label and seed
+};
+
 }  // namespace
 
 int run_test(const Options &o) {
     Report report(o.output, "test");
     std::vector<testkit::BackendSpec> backends;
-    if (!chosen_backends(o, false, backends)) return 2;
+    if (!chosen_backends_isolated(o, false, backends)) return 2;
     std::vector<testkit::BackendSpec> compared;
     for (const auto &b : backends)
         if (b.label != "REF") compared.push_back(b);
@@ -54,71 +130,17 @@ int run_test(const Options &o) {
                    "(REF is the reference; gdn-ops grad checks it against finite differences)");
         return report.finish();
     }
-    testkit::BackendSession ref({"REF", "ref", 0}, 1);
     const std::vector<testkit::Case> cases = select_cases(o);
-    std::map<std::string, testkit::TensorSet> ref_outputs;  // by label and seed
+    const std::vector<WorkItem> items = work_items(compared.size(), cases, o.repeat);
     report.say("Testing " + std::to_string(compared.size()) + " backend(s) against REF on " + std::to_string(cases.size()) +
                " cases");
-    for (const auto &spec : compared) {
-        report.say("Backend " + spec.label + ":");
-        testkit::BackendSession session(spec, o.threads, o.chunk_size);
-        if (!session.ok()) {
-            report.add({spec.label, "backend start", "", Verdict::Fail, "cannot start: " + session.error(), {}});
-            continue;
-        }
-        for (const testkit::Case &c : cases)
-            for (int rep = 0; rep < o.repeat; ++rep) {
-                const uint64_t seed = c.seed(o.seed + static_cast<uint64_t>(rep));
-                Record rec{spec.label, c.label(), c.group, Verdict::Pass, "", {}};
-                testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, seed);
-                std::string why;
-                const gdn_status support = testkit::check_case(c, inputs, session, why);
-                if (support != GDN_OK) {
-                    rec.verdict = refused_as_unsupported(support) ? Verdict::Skip : Verdict::Fail;
-                    rec.note = std::string(gdn_status_string(support)) + ": " + why;
-                    report.add(rec);
-                    continue;
-                }
-                const std::string key = rec.label + "#" + std::to_string(seed);
-                if (!ref_outputs.count(key)) {
-                    testkit::RunResult r = testkit::run_case(c, inputs, ref);
-                    if (r.status != GDN_OK) {
-                        rec.verdict = Verdict::Fail;
-                        rec.note = "REF failed: " + r.error;
-                        report.add(rec);
-                        continue;
-                    }
-                    ref_outputs.emplace(key, std::move(r.outputs));
-                }
-                const testkit::TensorSet &expected = ref_outputs.at(key);
-                testkit::RunResult r = testkit::run_case(c, inputs, session);
-                if (r.status != GDN_OK) {
-                    rec.verdict = Verdict::Fail;
-                    rec.note = std::string(gdn_status_string(r.status)) + ": " + r.error;
-                } else if (!r.stray_write.empty()) {
-                    rec.verdict = Verdict::Fail;
-                    rec.note = r.stray_write;
-                }
-                double worst_nmse = 0, worst_rel = 0;
-                for (const std::string &name : output_names(c)) {
-                    if (r.status != GDN_OK) break;
-                    const testkit::Comparison cmp = testkit::compare(r.outputs.read(name), expected.read(name));
-                    const testkit::Threshold thr = testkit::test_threshold(c, name);
-                    worst_nmse = std::max(worst_nmse, cmp.nmse);
-                    worst_rel = std::max(worst_rel, cmp.max_rel);
-                    if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
-                        rec.verdict = Verdict::Fail;
-                        char buf[160];
-                        std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", rec.note.empty() ? "" : "; ",
-                                      name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
-                        rec.note += buf;
-                    }
-                }
-                rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
-                report.add(rec);
-            }
-        report.backend_summary(spec.label);
-    }
+    ItemPlan plan;
+    plan.count = items.size();
+    plan.describe = [&](size_t i) {
+        return Record{compared[items[i].backend].label, items[i].c->label(), items[i].c->group, Verdict::Fail, "", {}};
+    };
+    plan.make_runner = [&] { return std::make_unique<TestRunner>(o, compared, items); };
+    run_items(report, plan, o.isolate);
     return report.finish();
 }
 

@@ -8,6 +8,9 @@
 
 namespace gdn::ops {
 
+// gdn-ops as a whole: parses argv and runs the mode (main is this; so is the tests' fault build).
+int run_command_line(int argc, char **argv);
+
 int run_test(const Options &o);
 int run_grad(const Options &o);
 int run_perf(const Options &o);

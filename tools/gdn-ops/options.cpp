@@ -12,11 +12,11 @@ namespace {
 const char kUsage[] =
     "usage: gdn-ops [test|grad|perf|support|list] [-o GATED_DELTA_NET,GATED_DELTA_NET_BACK] [-b CPU|REF|CUDA0]\n"
     "               [-p REGEX] [--preset NAME] [--gguf FILE] [--seed N] [--repeat N] [-t THREADS]\n"
-    "               [-c CHUNK] [--samples N] [--min-time SECONDS] [--output console|csv|json]\n"
+    "               [-c CHUNK] [--samples N] [--min-time SECONDS] [--no-fork] [--output console|csv|json]\n"
     "\n"
     "  test     every available backend other than REF against REF, per output tensor (default)\n"
     "  grad     each backend's backward against finite differences of the REF forward in F64\n"
-    "  perf     median time, tokens/s, canonical GFLOP/s and %% of this machine's F32 FMA peak\n"
+    "  perf     median time, tokens/s, canonical GFLOP/s and % of this machine's F32 FMA peak\n"
     "  support  which backend takes which case\n"
     "  list     the cases, by group (seed, model, edge, fd; perf for perf); list --preset: the presets\n"
     "\n"
@@ -26,11 +26,13 @@ const char kUsage[] =
     "  --preset NAME a model's shape (q/k/v as views into its packed conv buffer); list --preset lists them\n"
     "  --gguf FILE   the shape of the model in a GGUF file (metadata only)\n"
     "  --seed N      offset of every case's fixed seed (default 0)\n"
-    "  --repeat N    test/grad: run each case with seeds N consecutive seeds\n"
+    "  --repeat N    test/grad: run each case N times, with N consecutive seeds\n"
     "  -t THREADS    cpu threads (default: all cores)\n"
     "  -c CHUNK      backend chunk size (default: the backend's)\n"
     "  --samples N   grad: elements checked per gradient tensor (default 8; all when fewer)\n"
-    "  --min-time S  perf: seconds of repeated runs per case (default 1)\n";
+    "  --min-time S  perf: seconds of repeated runs per case (default 1)\n"
+    "  --no-fork     run the cases in this process (default: in a worker process, so that a case\n"
+    "                that crashes is reported as failed and the run goes on)\n";
 
 bool fail_usage(const char *fmt, const char *arg, int &exit_code) {
     std::fprintf(stderr, "gdn-ops: ");
@@ -83,6 +85,10 @@ bool parse_options(int argc, char **argv, Options &o, int &exit_code) {
         }
         if (a == "--preset" && o.mode == Mode::List && (i + 1 >= argc || argv[i + 1][0] == '-')) {
             o.list_presets = true;
+            continue;
+        }
+        if (a == "--no-fork") {
+            o.isolate = false;
             continue;
         }
         if (i + 1 >= argc) return fail_usage("%s needs a value", a.c_str(), exit_code);

@@ -36,6 +36,7 @@ struct Options {
     int samples = 8;                          // grad: elements per tensor
     double min_time = 1.0;                    // perf: seconds of runs per case
     bool list_presets = false;                // list --preset with no name
+    bool isolate = true;                      // cases in a worker process (--no-fork: in-process)
     Output output = Output::Console;
 };
 

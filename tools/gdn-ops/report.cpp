@@ -74,30 +74,49 @@ void Report::add(const Record &r) {
     std::fflush(stdout);
 }
 
+Report::Counts Report::count(const std::string *backend) const {
+    Counts n;
+    for (const Record &r : records_) {
+        if (backend && r.backend != *backend) continue;
+        n.passed += r.verdict == Verdict::Pass;
+        n.failed += r.verdict == Verdict::Fail;
+        n.skipped += r.verdict == Verdict::Skip;
+        n.measured += r.verdict == Verdict::Info && r.backend != "host";  // perf: timed; support: supported
+    }
+    return n;
+}
+
+std::string Report::closing_line(const Counts &n, bool per_backend) const {
+    const std::string mode = mode_;
+    std::string line;
+    if (mode == "perf") {
+        line = std::to_string(n.measured) + " cases timed, " + std::to_string(n.failed) + " failed";
+        if (n.skipped) line += ", " + std::to_string(n.skipped) + " not supported";
+    } else if (mode == "support") {
+        line = std::to_string(n.measured) + " supported, " + std::to_string(n.skipped) + " not supported";
+        if (n.failed) line += ", " + std::to_string(n.failed) + " failed";
+    } else if (per_backend) {
+        line = std::to_string(n.passed) + "/" + std::to_string(n.passed + n.failed) + " tests passed";
+        if (n.skipped) line += ", " + std::to_string(n.skipped) + " not supported";
+    } else {
+        line = std::to_string(n.passed) + " passed, " + std::to_string(n.failed) + " failed";
+        if (n.skipped) line += ", " + std::to_string(n.skipped) + " skipped";
+    }
+    return line;
+}
+
 void Report::backend_summary(const std::string &backend) const {
     if (output_ != Output::Console) return;
-    int passed = 0, total = 0, skipped = 0;
-    for (const Record &r : records_) {
-        if (r.backend != backend) continue;
-        if (r.verdict == Verdict::Skip) ++skipped;
-        if (r.verdict != Verdict::Pass && r.verdict != Verdict::Fail) continue;
-        ++total;
-        passed += r.verdict == Verdict::Pass;
-    }
-    if (total + skipped == 0) return;
-    std::printf("  %s: %d/%d tests passed%s\n", backend.c_str(), passed, total,
-                skipped ? (", " + std::to_string(skipped) + " not supported").c_str() : "");
+    const Counts n = count(&backend);
+    if (n.passed + n.failed + n.skipped + n.measured == 0) return;
+    std::printf("  %s: %s\n", backend.c_str(), closing_line(n, true).c_str());
 }
 
 int Report::finish() const {
-    int passed = 0, failed = 0, skipped = 0;
-    for (const Record &r : records_) {
-        passed += r.verdict == Verdict::Pass;
-        failed += r.verdict == Verdict::Fail;
-        skipped += r.verdict == Verdict::Skip;
-    }
+    const Counts n = count(nullptr);
+    const int passed = n.passed, failed = n.failed, skipped = n.skipped;
     if (output_ == Output::Console) {
-        std::printf("%d passed, %d failed%s\n", passed, failed, skipped ? (", " + std::to_string(skipped) + " skipped").c_str() : "");
+        std::printf("%s\n", closing_line(n, false).c_str());
     } else if (output_ == Output::Csv) {
         std::printf("mode,backend,group,case,verdict,note,metrics\n");
         for (const Record &r : records_)
@@ -105,8 +124,11 @@ int Report::finish() const {
                         r.verdict == Verdict::Info ? "" : verdict_name(r.verdict), csv_field(r.note).c_str(),
                         csv_field(format_values(r.values)).c_str());
     } else {
-        std::printf("{\"mode\": %s, \"passed\": %d, \"failed\": %d, \"skipped\": %d, \"results\": [", json_string(mode_).c_str(),
-                    passed, failed, skipped);
+        std::printf("{\"mode\": %s, \"passed\": %d, \"failed\": %d, \"skipped\": %d, ", json_string(mode_).c_str(), passed,
+                    failed, skipped);
+        if (std::string(mode_) == "perf") std::printf("\"timed\": %d, ", n.measured);
+        if (std::string(mode_) == "support") std::printf("\"supported\": %d, ", n.measured);
+        std::printf("\"results\": [");
         for (size_t i = 0; i < records_.size(); ++i) {
             const Record &r = records_[i];
             std::printf("%s\n  {\"backend\": %s, \"group\": %s, \"case\": %s, \"verdict\": %s, \"note\": %s", i ? "," : "",

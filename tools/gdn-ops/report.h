@@ -1,5 +1,6 @@
-// What gdn-ops prints: one line per case and backend, a summary per backend, and the closing
-// line "N passed, N failed"; or the same records as CSV or JSON.
+// What gdn-ops prints: one line per case and backend, a summary per backend, and a closing line
+// that counts what ran ("N passed, N failed"; perf: "N cases timed, N failed"; support: "N supported,
+// N not supported"); or the same records as CSV or JSON.
 #pragma once
 
 #include <map>
@@ -27,12 +28,19 @@ public:
     // Free text for the console (a heading, a note); ignored for CSV and JSON.
     void say(const std::string &text) const;
     void add(const Record &r);
-    // "  CPU: 12/12 tests passed" for the records of one backend.
+    // "  CPU: 12/12 tests passed" (perf: "  CPU: 6 cases timed, 0 failed") for one backend's records.
     void backend_summary(const std::string &backend) const;
     // Prints the closing line (console) or the whole document (CSV, JSON); returns the exit code.
     int finish() const;
 
 private:
+    struct Counts {
+        int passed = 0, failed = 0, skipped = 0;
+        int measured = 0;  // Info records of a backend: perf's timed cases, support's supported ones
+    };
+    Counts count(const std::string *backend) const;  // nullptr: every record
+    std::string closing_line(const Counts &n, bool per_backend) const;
+
     Output output_;
     const char *mode_;
     std::vector<Record> records_;

@@ -8,6 +8,8 @@
 
 namespace gdn::testkit {
 
+AfterCallHook after_call_hook = nullptr;
+
 std::vector<BackendSpec> available_backends() {
     std::vector<BackendSpec> out = {{"REF", "ref", 0}};
     if (gdn_backend_available("cpu")) out.push_back({"CPU", "cpu", 0});
@@ -98,6 +100,7 @@ RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session) {
         in.upload();
         out.upload();
         r.status = call(c, in, out, session, true);
+        if (after_call_hook) after_call_hook(c, session, out.tensor(c.op == Op::Forward ? "out" : "dv"));
         if (r.status != GDN_OK) r.error = session.last_error();
         out.download();
         in.download();

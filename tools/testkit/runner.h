@@ -70,6 +70,13 @@ struct RunResult {
     TensorSet outputs{GDN_TYPE_F32};
 };
 
+// A planted fault for the harness's own tests (tests/harness: a crash or a stray write must be
+// one failed case, and the run goes on): called by run_case right after the op returned, with
+// the case's main output (out, or dv for the backward) in the backend's memory. nullptr (the
+// default) everywhere but in that test build.
+using AfterCallHook = void (*)(const Case &c, const BackendSession &session, const gdn_tensor &main_output);
+extern AfterCallHook after_call_hook;
+
 // Runs case c (its op) on the session with the given host inputs; outputs come back to the host.
 RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session);
 
