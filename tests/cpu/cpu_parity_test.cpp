@@ -1,5 +1,5 @@
 // The cpu backend against ref on every feature the contract has: head sizes 1..256, Sk != Sv,
-// GDA/KDA, tiled/grouped maps, Bq < B, s0 on/off, K snapshots (K > T too), token counts around
+// GDA/KDA, tiled/grouped maps, Bq < B (Bq = 1 and Bq = 2), s0 on/off, K snapshots (K > T too), token counts around
 // the chunk length, packed q/k/v views, every gate regime and beta extreme; both ops, every
 // output tensor, with the chunked form at its default and odd chunk lengths and the per-token
 // form (chunk_size = 1).
@@ -60,6 +60,14 @@ std::vector<ParityCase> parity_cases() {
             for (bool kda : {false, true})
                 both({16, 16, 2, 6, t, 2, 1, K}, kda, G, false, true, Gate::Mild, BetaFill::Random, 0);
     both({16, 16, 2, 4, 3, 2, 2, 4}, false, T, true, true, Gate::Mild, BetaFill::Random, 0);
+    // Bq > 1: B = 4 sequences on Bq = 2 q/k sequences (sequences 0, 1 read q/k sequence 0 and
+    // 2, 3 read 1). With Bq = 1 every sequence reads the same q/k, so a wrong q/k sequence index
+    // gives the same numbers; here it does not. Both gate kinds and head maps, the per-token
+    // forward (T = 3), the chunked forms (default and 16) and the per-token backward (chunk 1).
+    for (bool kda : {false, true})
+        for (gdn_head_map heads : {T, G})
+            for (int chunk : {0, 1, 16})
+                for (int64_t t : {3, 70}) both({16, 16, 2, 4, t, 4, 2, 2}, kda, heads, false, true, Gate::Mild, BetaFill::Random, chunk);
     // Gate regimes x beta extremes, both gate kinds; with and without s0.
     for (Gate gate : {Gate::Zero, Gate::Mild, Gate::Strong, Gate::Spike, Gate::Mixed})
         for (BetaFill beta : {BetaFill::Random, BetaFill::Zero, BetaFill::One})
@@ -104,7 +112,8 @@ TEST_P(Parity, MatchesRef) {
 INSTANTIATE_TEST_SUITE_P(Cases, Parity, ::testing::ValuesIn(parity_cases()),
                          [](const ::testing::TestParamInfo<ParityCase> &info) {
                              return std::to_string(info.index) + (info.param.c.op == Op::Forward ? "_fwd" : "_bwd") +
-                                    (info.param.c.kda ? "_kda" : "_gda") + "_chunk" + std::to_string(info.param.chunk);
+                                    (info.param.c.kda ? "_kda" : "_gda") + "_chunk" + std::to_string(info.param.chunk) +
+                                    (info.param.c.shape.Bq > 1 && info.param.c.shape.Bq < info.param.c.shape.B ? "_bq" + std::to_string(info.param.c.shape.Bq) : "");
                          });
 
 }  // namespace
