@@ -62,7 +62,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedChunkForward,
                                            Shape{16, 64, 2, 4, 40, 2, 1, 1, false, true, false},     // grouped, Bq < B, two slices, no s0
                                            Shape{64, 32, 1, 1, 33, 1, 1, 1, false, false, true, true},  // spikes, beta 0 and 1
                                            Shape{128, 32, 1, 1, 35, 1, 1, 1, false, false, true},    // the 27B head size
-                                           Shape{16, 16, 1, 1, 40, 4, 2, 1, false, false, true}));   // Bq > 1: sequences 0, 1 read q/k sequence 0
+                                           Shape{16, 32, 1, 1, 40, 4, 2, 1, false, false, true}));   // Bq > 1: sequences 0, 1 read q/k sequence 0
 
 // The chunked backward as chunk_backward.cu enqueues it, with one window's partial rows and
 // factors limited to `window_budget` bytes; returns the number of windows.
@@ -109,6 +109,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedChunkBackward,
                                            Shape{64, 32, 1, 1, 33, 1, 1, 1, false, false, true, true},  // spikes, beta 0 and 1
                                            Shape{128, 32, 1, 1, 35, 1, 1, 1, false, false, true},    // the 27B head size
                                            Shape{16, 32, 1, 1, 150, 1, 1, 1, false, false, true},    // 5 chunks: 3 windows of 2
-                                           Shape{16, 16, 1, 1, 40, 4, 2, 1, false, false, true}));   // Bq > 1: sequences 0, 1 read q/k sequence 0
+                                           Shape{16, 32, 1, 1, 40, 4, 2, 1, false, false, true}));   // Bq > 1: sequences 0, 1 read q/k sequence 0
 
 }  // namespace

@@ -85,7 +85,7 @@ const Shape kShapes[] = {
     {24, 16, 1, 1, 9, 1, 1, 2, true, false, true, true},   // gate spikes, mixed-sign KDA gates, beta 0 and 1
     {24, 16, 1, 1, 9, 1, 1, 2, false, true, true, true},   // the same with a scalar gate
     {16, 16, 1, 1, 3, 4, 2, 2, false, false, true},    // Bq > 1: sequences 0, 1 read q/k sequence 0, and 2, 3 read 1
-    {16, 16, 1, 2, 3, 4, 2, 1, true, true, true},      // the same with KDA and the grouped map
+    {16, 16, 1, 1, 3, 4, 2, 1, true, false, true},     // the same with KDA
 };
 // Forward only (the backward's emulation is slow at this length): several staged tiles of 16.
 const Shape kLongShape = {32, 40, 1, 2, 37, 1, 1, 2, false, false, true};
