@@ -48,8 +48,8 @@ run_asan() {
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   ctest --test-dir "$build" -LE "slow|harness|cuda" --no-tests=error -j "$jobs" --output-on-failure --timeout 900 2>&1 | tee "$logs/asan-ctest.log"
   local ops="$build/tools/gdn-ops/gdn-ops"
-  "$ops" test -p fd 2>&1 | tee "$logs/asan-ops-test.log"
-  "$ops" grad -p fd 2>&1 | tee "$logs/asan-ops-grad.log"
+  "$ops" test -p fd --no-fork 2>&1 | tee "$logs/asan-ops-test.log"
+  "$ops" grad -p fd --no-fork 2>&1 | tee "$logs/asan-ops-grad.log"
   check_logs "$logs"/asan-*.log "$build"/Testing/Temporary/LastTest.log
   unset ASAN_OPTIONS UBSAN_OPTIONS
   echo "ci-sanitizers: asan+ubsan clean in $((SECONDS - start)) s"
@@ -84,7 +84,7 @@ run_valgrind() {
   cmake --build "$build" -j "$jobs" --target gdn_reliability_leaks gdn-ops
   local vg=(valgrind --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 -q)
   "${vg[@]}" "$build/tests/reliability/gdn_reliability_leaks"
-  "${vg[@]}" "$build/tools/gdn-ops/gdn-ops" grad -p fd >/dev/null
+  "${vg[@]}" "$build/tools/gdn-ops/gdn-ops" grad -p fd --no-fork >/dev/null
   echo "ci-sanitizers: valgrind clean in $((SECONDS - start)) s"
 }
 

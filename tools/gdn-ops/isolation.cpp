@@ -193,19 +193,22 @@ void run_in_workers(Printer &printer, const ItemPlan &plan) {
         size_t current = 0;
         bool started_any = false;
         std::string frame;
-        while (read_frame(fds[0], frame)) {
-            const char kind = frame.empty() ? '?' : frame[0];
-            std::string rest = frame.substr(1);
-            Reader body(rest);
-            const size_t index = body.u64();
-            if (kind == 'B') {
-                running = started_any = true;
-                current = index;
-            } else if (kind == 'R') {
-                if (body.u64()) printer.add(decode_record(body));
-                running = false;
-                next = index + 1;
+        try {
+            while (read_frame(fds[0], frame) && !frame.empty()) {
+                const std::string rest = frame.substr(1);
+                Reader body(rest);
+                const size_t index = body.u64();
+                if (frame[0] == 'B') {
+                    running = started_any = true;
+                    current = index;
+                } else if (frame[0] == 'R') {
+                    if (body.u64()) printer.add(decode_record(body));
+                    running = false;
+                    next = index + 1;
+                }
             }
+        } catch (const std::runtime_error &) {
+            ::kill(pid, SIGKILL);  // a garbled message: treat the worker as dead
         }
         ::close(fds[0]);
         int status = 0;
