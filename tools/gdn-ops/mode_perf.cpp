@@ -14,8 +14,14 @@
 #include "work_items.h"
 
 namespace gdn::ops {
-
 namespace {
+
+// The process's CPU time (the worker's, where the cases run).
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // Runs in the worker: times one case on one backend.
 class PerfRunner final : public ItemRunner {
