@@ -8,7 +8,8 @@ its peak memory is its own. Also times the C API called directly (ctypes, no bin
 gdn.torch on the same pre-normalised inputs: what the Python layers cost.
 
 Columns: median wall ms over the runs, median CPU ms (all threads), peak resident memory added
-by the runs (MB), and for gdn the canonical GFLOP/s (forward 8 Sk Sv, backward 24 Sk Sv per token
+by the runs over what the process held before them (inputs built, libraries set up by a small
+run; MB), and for gdn the canonical GFLOP/s (forward 8 Sk Sv, backward 24 Sk Sv per token
 and value head).
 """
 
@@ -101,9 +102,12 @@ def _c_api_runner(qkv, g, beta, d_out, backward):
 def _worker(impl, T, backward, threads, min_time, min_runs):
     import torch
     torch.set_num_threads(threads)
+    # One small run first, so that the libraries' one-time set-up (kernel registries, thread
+    # pools, lazily loaded code) is not counted as the measured call's memory.
+    _runner(impl, 64, backward)()
     run = _runner(impl, T, backward)
     baseline = _rss_mb("VmRSS")
-    run()  # warm-up: first-touch allocations, thread pools
+    run()  # warm-up: first-touch allocations, workspace
     walls, cpus = [], []
     start = time.perf_counter()
     while len(walls) < min_runs or time.perf_counter() - start < min_time:
