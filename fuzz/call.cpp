@@ -177,8 +177,11 @@ void write_offsets(const gdn_tensor &o, const std::vector<int64_t> &values) {
 // few or too many, the wrong type or stride, a bogus pointer, absent, or on top of an output.
 void mutate_offsets(Call &c, ByteReader &in) {
     gdn_tensor &o = c.cu_seqlens;
-    const bool readable = o.data != nullptr && c.arena->holds(o.data, 0) && integer_type(raw_type(o)) &&
-                          o.nb[0] == element_bytes(raw_type(o)) && o.ne[0] >= 1 && o.ne[0] <= c.sequences + 2;
+    // Readable: an earlier pass may have changed the type, stride or count, so the whole span
+    // must still lie in the arena (its guards are poisoned).
+    const bool readable = o.data != nullptr && integer_type(raw_type(o)) && o.nb[0] == element_bytes(raw_type(o)) &&
+                          o.ne[0] >= 1 && o.ne[0] <= c.sequences + 2 &&
+                          c.arena->holds(o.data, static_cast<uint64_t>(o.ne[0] * o.nb[0]));
     std::vector<int64_t> values = readable ? offsets_of(o) : std::vector<int64_t>{};
     void *const where = o.data;
     const int type = raw_type(o);
@@ -205,7 +208,9 @@ void mutate_offsets(Call &c, ByteReader &in) {
         case 8: o.data = c.t[in.below(kSlots)].data; break;  // on another tensor (an output: ALIAS)
         default: o.ne[1 + in.below(3)] = 2; break;
     }
-    if (readable && o.data == where && raw_type(o) == type && !values.empty()) write_offsets(o, values);
+    // The values go back only where they were read from, in the layout they were read in.
+    if (readable && o.data == where && raw_type(o) == type && o.nb[0] == element_bytes(type) && !values.empty())
+        write_offsets(o, values);
 }
 
 void mutate(Call &c, ByteReader &in) {
