@@ -119,6 +119,26 @@ def _worker(impl, T, backward, threads, min_time, min_runs):
                           peak_mb=_rss_mb("VmHWM") - baseline)))
 
 
+def _overhead_worker(T, backward, threads, min_time, min_runs):
+    """The C API and gdn.torch alternately in one process, so that whatever else the machine does
+    weighs on both alike; the overhead is the median of the pairwise ratios."""
+    import torch
+    torch.set_num_threads(threads)
+    direct, binding = _runner("c-api", T, backward), _runner("gdn.torch-raw", T, backward)
+    direct(), binding()
+    pairs = []
+    start = time.perf_counter()
+    while len(pairs) < min_runs or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        direct()
+        t1 = time.perf_counter()
+        binding()
+        pairs.append(((t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3))
+    print(json.dumps(dict(direct_ms=statistics.median(p[0] for p in pairs),
+                          binding_ms=statistics.median(p[1] for p in pairs),
+                          ratio=statistics.median(p[1] / p[0] for p in pairs), runs=len(pairs))))
+
+
 def _measure(impl, T, backward, args):
     cmd = [sys.executable, "-m", "gdn.bench", "--worker", impl, str(T), "1" if backward else "0",
            "--threads", str(args.threads), "--min-time", str(args.min_time), "--min-runs", str(args.min_runs)]
@@ -139,37 +159,43 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and gdn (default 2)")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds of runs per measurement")
     parser.add_argument("--min-runs", type=int, default=3)
+    parser.add_argument("--overhead-only", action="store_true", help="only the binding's cost (no transformers)")
     parser.add_argument("--worker", nargs=3, metavar=("IMPL", "T", "BACKWARD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         impl, T, backward = args.worker
+        if impl == "overhead":
+            return _overhead_worker(int(T), backward == "1", args.threads, args.min_time, args.min_runs)
         return _worker(impl, int(T), backward == "1", args.threads, args.min_time, args.min_runs)
 
     print(f"gdn.bench: Qwen3.5-27B delta-net shape (Hk {SHAPE['H']}, Hv {SHAPE['HV']}, head size {SHAPE['K']}), "
           f"B = 1, float32, {args.threads} threads; each cell its own process")
     print()
-    print("| T | pass | transformers ms (CPU ms) | gdn ms (CPU ms) | speedup wall / CPU | transformers peak MB "
-          "| gdn peak MB | gdn GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    if not args.overhead_only:
+        print("| T | pass | transformers ms (CPU ms) | gdn ms (CPU ms) | speedup wall / CPU | transformers peak MB "
+              "| gdn peak MB | gdn GFLOP/s |")
+        print("|---|---|---|---|---|---|---|---|")
     overheads = []
     for T in args.tokens:
         for backward in (False, True):
+            overheads.append((T, backward, _measure("overhead", T, backward, args)))
+            if args.overhead_only:
+                continue
             hf, ours = _measure("transformers", T, backward, args), _measure("gdn", T, backward, args)
             print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {hf['wall_ms']:.1f} ({hf['cpu_ms']:.0f}) "
                   f"| {ours['wall_ms']:.1f} ({ours['cpu_ms']:.0f}) "
                   f"| {hf['wall_ms'] / ours['wall_ms']:.1f}x / {hf['cpu_ms'] / ours['cpu_ms']:.1f}x "
                   f"| {hf['peak_mb']:.0f} | {ours['peak_mb']:.0f} | {_gflops(T, backward, ours['wall_ms']):.1f} |",
                   flush=True)
-            raw, direct = _measure("gdn.torch-raw", T, backward, args), _measure("c-api", T, backward, args)
-            overheads.append((T, backward, raw, direct))
     print()
-    print("What the binding costs: gdn.torch against the C API called directly (ctypes), same pre-normalised inputs")
+    print("What the binding costs: gdn.torch against the C API called directly (ctypes), same pre-normalised")
+    print("inputs, run alternately in one process; overhead = median of the pairwise time ratios")
     print()
     print("| T | pass | C API ms | gdn.torch ms | overhead |")
     print("|---|---|---|---|---|")
-    for T, backward, raw, direct in overheads:
-        print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {direct['wall_ms']:.2f} | {raw['wall_ms']:.2f} "
-              f"| {100 * (raw['wall_ms'] / direct['wall_ms'] - 1):+.1f}% |")
+    for T, backward, m in overheads:
+        print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {m['direct_ms']:.2f} | {m['binding_ms']:.2f} "
+              f"| {100 * (m['ratio'] - 1):+.1f}% |")
 
 
 if __name__ == "__main__":
