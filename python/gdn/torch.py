@@ -51,6 +51,14 @@ def _context_for(t):
     raise _errors.UnsupportedError(f"gdn computes on cpu and cuda tensors, not on {t.device}")
 
 
+def _empty(shape, like):
+    """A fresh tensor for gdn to write; large host ones are backed by huge pages (fewer faults)."""
+    t = torch.empty(shape, dtype=like.dtype, device=like.device)
+    if t.device.type == "cpu":
+        _gdn.advise_huge_pages(t)
+    return t
+
+
 def _state_shape(q, v, cu_seqlens):
     sequences = v.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     return (sequences, v.shape[2], v.shape[3], q.shape[3])  # gdn's layout: key index innermost
@@ -61,17 +69,18 @@ def _state_shape(q, v, cu_seqlens):
 @torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                 initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float,
-                want_state: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    states = (torch.empty(_state_shape(q, v, cu_seqlens), dtype=v.dtype, device=v.device) if want_state
-              else v.new_empty(0))
+                want_state: bool, l2norm: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    if l2norm:
+        q, k = _normalized(q), _normalized(k)
+    out = _empty(v.shape, v)
+    states = _empty(_state_shape(q, v, cu_seqlens), v) if want_state else v.new_empty(0)
     _gdn.forward(_context_for(v)._native, q, k, v, g, beta, initial_state, out, states if want_state else None,
                  scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
     return out, states
 
 
 @_forward_op.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state):
+def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm):
     states_shape = _state_shape(q, v, cu_seqlens) if want_state else (0,)
     return v.new_empty(v.shape), v.new_empty(states_shape)
 
@@ -79,28 +88,31 @@ def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state):
 @torch.library.custom_op("gdn::gated_delta_rule_bwd", mutates_args=())
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                  initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
-                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: float
+                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: float, l2norm: bool
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v, g, beta)]
-    d_initial = (torch.empty(initial_state.shape, dtype=v.dtype, device=v.device) if initial_state is not None
-                 else v.new_empty(0))
-    _gdn.backward(_context_for(v)._native, q, k, v, g, beta, initial_state, d_out, d_state, *grads,
+    grads = [_empty(t.shape, t) for t in (q, k, v, g, beta)]
+    d_initial = _empty(initial_state.shape, v) if initial_state is not None else v.new_empty(0)
+    q_used, k_used = (_normalized(q), _normalized(k)) if l2norm else (q, k)
+    _gdn.backward(_context_for(v)._native, q_used, k_used, v, g, beta, initial_state, d_out, d_state, *grads,
                   d_initial if initial_state is not None else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
+    if l2norm:
+        grads[0], grads[1] = _normalized_backward(q, grads[0]), _normalized_backward(k, grads[1])
     return (*grads, d_initial)
 
 
 @_backward_op.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale):
+def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale, l2norm):
     d_initial = initial_state.new_empty(initial_state.shape) if initial_state is not None else v.new_empty(0)
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
             beta.new_empty(beta.shape), d_initial)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state = inputs
+    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm = inputs
     ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
     ctx.scale = scale
     ctx.want_state = want_state
+    ctx.l2norm = l2norm
 
 
 def _backward(ctx, d_out, d_states):
@@ -109,8 +121,8 @@ def _backward(ctx, d_out, d_states):
     d_state = _readable(d_states) if ctx.want_state and d_states is not None else None
     d_out = _readable(d_out) if d_out is not None else None
     dq, dk, dv, dg, dbeta, d_initial = _backward_op(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state,
-                                                    ctx.scale)
-    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None
+                                                    ctx.scale, ctx.l2norm)
+    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None, None
 
 
 torch.library.register_autograd("gdn::gated_delta_rule_fwd", _backward, setup_context=_setup_context)
@@ -126,9 +138,33 @@ def _readable(t):
     return t
 
 
-def _l2norm(x, eps=1e-6):
-    # As FLA's and transformers' use_qk_l2norm_in_kernel: x / sqrt(sum(x^2) + eps).
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+# use_qk_l2norm_in_kernel, as FLA and transformers define it: x / sqrt(sum(x^2) + eps) per row.
+# It runs inside the ops (the backward recomputes it from the saved q and k) rather than as
+# autograd-tracked torch ops, whose saved intermediates and fresh temporaries cost more than the
+# normalisation itself; on the host, one fused pass of the extension.
+_L2NORM_EPS = 1e-6
+
+
+def _fused_rows(x):
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and (x.shape[-1] == 1 or x.stride(-1) == 1)
+
+
+def _normalized(x):
+    """x with every row (last dimension) divided by its norm, in a fresh tensor."""
+    if _fused_rows(x):
+        y = _empty(x.shape, x)
+        _gdn.l2norm_rows(x, y, _L2NORM_EPS, torch.get_num_threads())
+        return y
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + _L2NORM_EPS)
+
+
+def _normalized_backward(x, dy):
+    """The gradient at x through _normalized, given the output's gradient dy (overwritten)."""
+    if _fused_rows(x) and dy.is_contiguous():
+        _gdn.l2norm_rows_backward(x, dy, _L2NORM_EPS, torch.get_num_threads())
+        return dy
+    inv = torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + _L2NORM_EPS)
+    return inv * dy - x * (inv ** 3 * (x * dy).sum(dim=-1, keepdim=True))
 
 
 def _check(q, k, v, g, beta, initial_state, cu_seqlens):
@@ -195,13 +231,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     in_dtype = q.dtype
     compute = torch.float64 if in_dtype == torch.float64 else torch.float32
     q, k, v, g, beta = (t.to(compute) for t in (q, k, v, g, beta))
-    if use_qk_l2norm_in_kernel:
-        q, k = _l2norm(q), _l2norm(k)
     gate = g.unsqueeze(-1) if g.dim() == 3 else g
     state = None
     if initial_state is not None:
         state = initial_state.to(compute).transpose(-1, -2).contiguous()
     o, states = _forward_op(_readable(q), _readable(k), _readable(v), _readable(gate), _readable(beta.unsqueeze(-1)),
-                            state, cu_seqlens, 0.0 if scale is None else float(scale), bool(output_final_state))
+                            state, cu_seqlens, 0.0 if scale is None else float(scale), bool(output_final_state),
+                            bool(use_qk_l2norm_in_kernel))
     final_state = states.transpose(-1, -2) if output_final_state else None
     return o.to(in_dtype), final_state

@@ -16,6 +16,8 @@
 #include <string>
 
 #include "gdn/gdn.h"
+#include "l2norm.h"
+#include "memory.h"
 
 namespace nb = nanobind;
 
@@ -247,6 +249,8 @@ NB_MODULE(_gdn, m) {
           nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::arg("dg").none(),
           nb::arg("dbeta").none(), nb::arg("dstate").none(), nb::arg("scale"), nb::arg("head_map"),
           nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none());
+    gdn_python::bind_l2norm(m);
+    gdn_python::bind_memory(m);
     m.def("backend_available", [](const std::string &name) { return gdn_backend_available(name.c_str()) != 0; });
     m.def("status_string", [](int s) { return std::string(gdn_status_string(static_cast<gdn_status>(s))); });
     m.attr("version") = std::to_string(GDN_VERSION_MAJOR) + "." + std::to_string(GDN_VERSION_MINOR) + "." +

@@ -78,8 +78,29 @@ def test_opcheck():
     """PyTorch's own consistency checks of a custom op: schema, fake tensors, autograd registration."""
     q, k, v, g, beta, h0 = (x.detach().float() for x in small_inputs(T=5))
     state = h0.transpose(-1, -2).contiguous()
-    args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True)
-    torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
+    for l2norm in (False, True):
+        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True, l2norm)
+        torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_l2norm_matches_torch_autograd(dtype):
+    """The extension's one-pass row normalisation and its in-place backward, on a strided view
+    (q split from a packed buffer), against the torch composition differentiated by autograd."""
+    gen = torch.Generator().manual_seed(3)
+    packed = torch.randn(2, 37, 3 * 4 * 16, generator=gen, dtype=dtype)
+    x = packed[..., 16:16 + 4 * 16].unflatten(-1, (4, 16))  # [B, T, H, K], rows 192 floats apart
+    x[0, 5, 2] = 0.0  # a zero row: eps keeps it finite
+    dy = torch.randn(x.shape, generator=gen, dtype=dtype)
+    xr = x.clone().requires_grad_(True)
+    expected = xr * torch.rsqrt((xr * xr).sum(dim=-1, keepdim=True) + gdn.torch._L2NORM_EPS)
+    expected.backward(dy)
+    y = gdn.torch._normalized(x)
+    dx = gdn.torch._normalized_backward(x, dy.clone())
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    assert y.is_contiguous() and torch.equal(x, packed[..., 16:16 + 4 * 16].unflatten(-1, (4, 16)))
+    torch.testing.assert_close(y, expected.detach(), **tol)
+    torch.testing.assert_close(dx, xr.grad, **tol)
 
 
 def bad_calls():

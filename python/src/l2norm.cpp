@@ -1,0 +1,136 @@
+// Row normalisation of q and k for gdn.torch's use_qk_l2norm_in_kernel, on host arrays:
+//   y = x r,  r = 1 / sqrt(sum x^2 + eps)            (per row of the last dimension)
+//   dx = r dy - x r^3 (x . dy)                        (its backward, given x and dy)
+// PyTorch composes the forward from four element-wise ops whose autograd keeps their results,
+// and each fresh 30-MB temporary costs page faults; here one pass writes y, and the backward
+// turns dy into dx in place. Sums are kept in double (an exact-enough sum of 128 squares); x and
+// y may have any strides over the leading dimensions but are contiguous along a row.
+#include "l2norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gdn_python {
+namespace {
+
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
+
+// Rows of a [d0, d1, d2, n] view: element (i0, i1, i2, j) at data + i0*s0 + i1*s1 + i2*s2 + j.
+template <class T>
+struct Rows {
+    T *data;
+    int64_t count[3], stride[3], n;
+    T *row(int64_t r) const {
+        const int64_t i2 = r % count[2], i1 = (r / count[2]) % count[1], i0 = r / (count[2] * count[1]);
+        return data + i0 * stride[0] + i1 * stride[1] + i2 * stride[2];
+    }
+    int64_t total() const { return count[0] * count[1] * count[2]; }
+};
+
+template <class T, class Array>
+Rows<T> rows_of(const Array &a) {
+    T *data = static_cast<T *>(const_cast<void *>(static_cast<const void *>(a.data())));
+    Rows<T> r{data, {1, 1, 1}, {0, 0, 0}, static_cast<int64_t>(a.shape(a.ndim() - 1))};
+    const size_t lead = a.ndim() - 1;
+    for (size_t i = 0; i < lead; ++i) {
+        r.count[3 - lead + i] = static_cast<int64_t>(a.shape(i));
+        r.stride[3 - lead + i] = a.stride(i);
+    }
+    return r;
+}
+
+// Runs body(begin, end) over [0, total) rows on up to `threads` threads.
+template <class Body>
+void parallel_rows(int64_t total, int threads, const Body &body) {
+    const int64_t min_rows_per_thread = 1024;  // below this, a thread costs more than it saves
+    const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(threads, total / min_rows_per_thread));
+    if (workers == 1) return body(int64_t(0), total);
+    std::vector<std::thread> pool;
+    for (int64_t w = 1; w < workers; ++w) pool.emplace_back([&, w] { body(total * w / workers, total * (w + 1) / workers); });
+    body(int64_t(0), total / workers);
+    for (auto &t : pool) t.join();
+}
+
+template <class T>
+void normalize(const Rows<T> &x, const Rows<T> &y, double eps, int threads) {
+    parallel_rows(x.total(), threads, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const T *xr = x.row(r);
+            T *yr = y.row(r);
+            double sum = 0.0;
+            for (int64_t j = 0; j < x.n; ++j) sum += double(xr[j]) * double(xr[j]);
+            const T inv = static_cast<T>(1.0 / std::sqrt(sum + eps));
+            for (int64_t j = 0; j < x.n; ++j) yr[j] = xr[j] * inv;
+        }
+    });
+}
+
+template <class T>
+void normalize_backward(const Rows<T> &x, const Rows<T> &dy, double eps, int threads) {
+    parallel_rows(x.total(), threads, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const T *xr = x.row(r);
+            T *gr = dy.row(r);
+            double sum = 0.0, dot = 0.0;
+            for (int64_t j = 0; j < x.n; ++j) {
+                sum += double(xr[j]) * double(xr[j]);
+                dot += double(xr[j]) * double(gr[j]);
+            }
+            const double inv = 1.0 / std::sqrt(sum + eps);
+            const T a = static_cast<T>(inv), b = static_cast<T>(inv * inv * inv * dot);
+            for (int64_t j = 0; j < x.n; ++j) gr[j] = a * gr[j] - b * xr[j];
+        }
+    });
+}
+
+// x and y: host arrays of one floating type, the same shape (1 to 4 dimensions), rows contiguous.
+bool is_f64(const InArray &x, const OutArray &y, const char *what) {
+    using nb::dlpack::dtype_code;
+    auto kind = [](const auto &a) {
+        const auto dt = a.dtype();
+        if (dt.code != static_cast<uint8_t>(dtype_code::Float) || dt.lanes != 1 || (dt.bits != 32 && dt.bits != 64)) return 0;
+        return int(dt.bits);
+    };
+    if (kind(x) == 0 || kind(x) != kind(y))
+        throw nb::type_error((std::string(what) + ": float32 or float64 arrays of one type").c_str());
+    if (x.ndim() < 1 || x.ndim() > 4 || x.ndim() != y.ndim())
+        throw nb::value_error((std::string(what) + ": arrays of 1 to 4 dimensions, both the same").c_str());
+    for (size_t i = 0; i < x.ndim(); ++i)
+        if (x.shape(i) != y.shape(i)) throw nb::value_error((std::string(what) + ": the arrays differ in shape").c_str());
+    if (x.device_type() != nb::device::cpu::value || y.device_type() != nb::device::cpu::value)
+        throw nb::value_error((std::string(what) + ": host arrays only").c_str());
+    const size_t last = x.ndim() - 1;
+    if ((x.shape(last) > 1 && x.stride(last) != 1) || (y.shape(last) > 1 && y.stride(last) != 1))
+        throw nb::value_error((std::string(what) + ": rows (the last dimension) must be contiguous").c_str());
+    return kind(x) == 64;
+}
+
+void l2norm_rows(const InArray &x, const OutArray &y, double eps, int threads) {
+    const bool f64 = is_f64(x, y, "l2norm_rows");
+    nb::gil_scoped_release unlocked;
+    if (f64) normalize(rows_of<double>(x), rows_of<double>(y), eps, threads);
+    else normalize(rows_of<float>(x), rows_of<float>(y), eps, threads);
+}
+
+void l2norm_rows_backward(const InArray &x, const OutArray &dy, double eps, int threads) {
+    const bool f64 = is_f64(x, dy, "l2norm_rows_backward");
+    nb::gil_scoped_release unlocked;
+    if (f64) normalize_backward(rows_of<double>(x), rows_of<double>(dy), eps, threads);
+    else normalize_backward(rows_of<float>(x), rows_of<float>(dy), eps, threads);
+}
+
+}  // namespace
+
+void bind_l2norm(nb::module_ &m) {
+    m.def("l2norm_rows", &l2norm_rows, nb::arg("x"), nb::arg("y"), nb::arg("eps"), nb::arg("threads"),
+          "y = x / sqrt(sum(x^2, last dim) + eps), written into y");
+    m.def("l2norm_rows_backward", &l2norm_rows_backward, nb::arg("x"), nb::arg("dy"), nb::arg("eps"),
+          nb::arg("threads"), "dy becomes dx, the gradient through l2norm_rows at x");
+}
+
+}  // namespace gdn_python
