@@ -5,9 +5,9 @@
 // without atomics and every thread count gives the same bits. (The forward, whose units are
 // independent, also splits groups into slices of units when there are fewer groups than threads.)
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
-// items are (sequence, group), assigned to threads by a static partition weighted by length
-// (ThreadPool::run_weighted), so many short sequences keep every thread busy and a chunk never
-// crosses a sequence boundary. Long inputs use the chunked (WY)
+// items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
+// so many short sequences fill the gaps the long ones leave, and a chunk never crosses a
+// sequence boundary. Long inputs use the chunked (WY)
 // form (chunk_*.cpp); decoding-size inputs (T up to a measured crossover, when chunk_size is 0) and
 // chunk_size = 1 use the per-token recurrence: cpu/token_forward.cpp (vectorised) forward,
 // src/math/token_driver.h in float backward.
@@ -95,7 +95,8 @@ public:
             const ForwardArgs &a = *calls[item.call];
             const Dims &d = a.dims;
             // Packed sequences: the next item's initial states arrive while this one computes
-            // (each item of a packed batch starts from states cold in memory).
+            // (each item of a packed batch starts from states cold in memory). Items of one
+            // sequence weigh the same, so item i + 1 is usually the next one handed out.
             if (packed.dims.N > 0 && i + 1 < static_cast<int64_t>(items_.size())) prefetch_initial_states(calls, items_[i + 1]);
             if (item.plan < 0) {
                 cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker]);
@@ -270,10 +271,9 @@ private:
         int64_t group, plan, unit_begin, unit_end, tokens;
     };
 
-    // Weights of the static partition: tokens times units, plus a per-item cost of loading and
-    // storing states and planning (about kItemOverheadTokens tokens' work), so that many short
-    // sequences spread as evenly as a few long ones. The weights only balance the load; results
-    // do not depend on them.
+    // Weights that rank the items' costs for the longest-first schedule: tokens times units, plus
+    // a per-item cost of loading and storing states and planning (about kItemOverheadTokens
+    // tokens' work). The weights only balance the load; results do not depend on them.
     static constexpr int64_t kItemOverheadTokens = 8;
     std::vector<int64_t> item_weights() const {
         std::vector<int64_t> weights;

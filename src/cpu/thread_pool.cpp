@@ -1,5 +1,7 @@
 #include "cpu/thread_pool.h"
 
+#include <algorithm>
+
 namespace gdn::cpu {
 
 ThreadPool::ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
@@ -45,20 +47,12 @@ void ThreadPool::run_weighted(const std::vector<int64_t> &weights, const std::fu
         for (int64_t i = 0; i < items; ++i) fn(i, 0);
         return;
     }
-    // Item i goes to the worker whose share of the total weight holds the item's midpoint.
-    std::vector<int64_t> first(threads_ + 1, items);
-    double total = 0.0;
-    for (int64_t w : weights) total += static_cast<double>(w);
-    double before = 0.0;
-    int worker = 0;
-    first[0] = 0;
-    for (int64_t i = 0; i < items; ++i) {
-        const double mid = before + 0.5 * static_cast<double>(weights[i]);
-        while (worker + 1 < threads_ && mid * threads_ >= total * (worker + 1)) first[++worker] = i;
-        before += static_cast<double>(weights[i]);
-    }
-    run(threads_, [&](int64_t range, int w) {
-        for (int64_t i = first[range]; i < first[range + 1]; ++i) fn(i, w);
+    std::vector<int64_t> order(static_cast<size_t>(items));
+    for (int64_t i = 0; i < items; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+    std::atomic<int64_t> next{0};
+    run(threads_, [&](int64_t, int worker) {
+        for (int64_t taken; (taken = next.fetch_add(1, std::memory_order_relaxed)) < items;) fn(order[taken], worker);
     });
 }
 

@@ -1,8 +1,11 @@
-// A persistent pool of worker threads with a static partition of work: run(n, fn) calls fn(i, w)
-// for every item i < n, item i always on worker w = the one owning the i-th contiguous slice.
-// Results never depend on which thread ran an item; the partition only balances the load.
+// A persistent pool of worker threads: run(n, fn) calls fn(i, w) for every item i < n, with a
+// static partition (item i always on the worker owning the i-th contiguous slice);
+// run_weighted hands items out heaviest first to whichever worker is free. Results never depend
+// on which thread ran an item (every item writes its own outputs from its own inputs), so
+// either schedule gives the same bits for every thread count; the schedule only balances load.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -28,9 +31,11 @@ public:
     // items [w*items/size, (w+1)*items/size).
     void run(int64_t items, const std::function<void(int64_t, int)> &fn);
 
-    // Calls fn(item, worker) for item in [0, weights.size()), in contiguous ranges of items of
-    // about equal total weight, one range per worker (a static partition: which worker runs an
-    // item depends only on the weights and the thread count, never on timing).
+    // Calls fn(item, worker) for item in [0, weights.size()): items in order of decreasing
+    // weight (ties by index), each taken by the next free worker. Which worker runs an item
+    // depends on timing; the weights need only rank the items' costs (longest first, then the
+    // short ones fill the gaps: a batch of many short sequences and a few long ones balances
+    // where a static split by estimated weight did not, measured in docs/PERF.md).
     void run_weighted(const std::vector<int64_t> &weights, const std::function<void(int64_t, int)> &fn);
 
 private:
