@@ -11,6 +11,10 @@
 #             else ref), the cpu backend's tests when they exist, and the emulated cuda
 #             kernels (each CUDA thread a host thread: a shared-memory access that no
 #             __syncthreads/__syncwarp orders is a reported race, racecheck without a GPU).
+#             The emulation runs a host thread per CUDA thread and TSan slows it about tenfold,
+#             so TSan takes one shape per kernel path (GDN_TSAN_CUDA_TESTS, a CTest regex):
+#             every kernel, its multi-slice, staged-tile and windowed paths, and the 27B head
+#             size; the plain test run covers every shape's numbers.
 #   valgrind  memcheck with full leak checking on the leak-cycle test and `gdn-ops grad -p fd`,
 #             from the plain build GDN_BUILD_DIR (default build; scripts/test.sh makes it).
 #
@@ -55,6 +59,16 @@ run_asan() {
   echo "ci-sanitizers: asan+ubsan clean in $((SECONDS - start)) s"
 }
 
+# The emulated kernels under TSan: the tile operations and workspace plans; the per-token forward
+# and backward at one row per lane (Sk 16), four rows per lane (Sk 96), and KDA with snapshots
+# and Bq < B (Sk 40); the per-token forward's column slices (Sv 70) and staged tiles (Sk 130);
+# the chunked forward and backward at the 27B head size (Sk 128), with two column slices (Sv 64)
+# and with windows (T 150); packed sequences with KDA and K = 2.
+tsan_cuda_default='EmulatedTileOps|WorkspacePlan|Shapes/Emulated(\.Forward|Backward\.)MatchesRef/Sk=(16,Sv=16,Hk=1,Hv=2,T=5|96,|40,)'\
+'|Shapes/Emulated\.ForwardMatchesRef/Sk=(8,Sv=70|130,)'\
+'|Shapes/EmulatedChunkForward\.MatchesRef/Sk=(128|16,Sv=64)|Shapes/EmulatedChunkBackward\.MatchesRef/Sk=(128|16,Sv=32,Hk=1,Hv=1,T=150)'\
+'|Shapes/EmulatedVarlen\.(Forward|Backward)MatchesRef/Sk=16,Sv=16'
+
 run_tsan() {
   local build=${GDN_TSAN_BUILD:-build-tsan} start=$SECONDS
   cmake -S . -B "$build" "${generator[@]}" "${common[@]}" \
@@ -67,7 +81,10 @@ run_tsan() {
   targets+=($(cmake --build "$build" --target help | grep -oE '\bcpu_[a-z_]*test\b' | sort -u || true))
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  ctest --test-dir "$build" -L "reliability|cpu|cuda" --no-tests=error -j 1 --output-on-failure --timeout 900 2>&1 | tee "$logs/tsan-ctest.log"
+  local cuda_tests=${GDN_TSAN_CUDA_TESTS:-$tsan_cuda_default}
+  ctest --test-dir "$build" -L "reliability|cpu" --no-tests=error -j 1 --output-on-failure --timeout 900 2>&1 | tee "$logs/tsan-ctest.log"
+  check_logs "$logs"/tsan-*.log "$build"/Testing/Temporary/LastTest.log
+  ctest --test-dir "$build" -L cuda -R "$cuda_tests" --no-tests=error -j 1 --output-on-failure --timeout 900 2>&1 | tee "$logs/tsan-cuda-ctest.log"
   check_logs "$logs"/tsan-*.log "$build"/Testing/Temporary/LastTest.log
   unset TSAN_OPTIONS
   echo "ci-sanitizers: tsan clean (${targets[*]}) in $((SECONDS - start)) s"
