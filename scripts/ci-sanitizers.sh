@@ -63,9 +63,11 @@ run_asan() {
 # and backward at one row per lane (Sk 16), four rows per lane (Sk 96), and KDA with snapshots
 # and Bq < B (Sk 40); the per-token forward's column slices (Sv 70) and staged tiles (Sk 130);
 # the chunked forward and backward at the 27B head size (Sk 128), with two column slices (Sv 64)
-# and with windows (T 150); packed sequences with KDA and K = 2.
-tsan_cuda_default='EmulatedTileOps|WorkspacePlan|Shapes/Emulated(\.Forward|Backward\.)MatchesRef/Sk=(16,Sv=16,Hk=1,Hv=2,T=5|96,|40,)'\
-'|Shapes/Emulated\.ForwardMatchesRef/Sk=(8,Sv=70|130,)'\
+# and with windows (T 150); sequences that share q/k rows (B 4, Bq 2: the per-token kernels, the
+# chunked forward); packed sequences with KDA and K = 2.
+tsan_cuda_default='EmulatedTileOps|WorkspacePlan|Shapes/Emulated(\.Forward|Backward\.)MatchesRef/Sk=(16,Sv=16,Hk=1,Hv=2,T=5,|96,|40,)'\
+'|Shapes/Emulated\.ForwardMatchesRef/Sk=(8,Sv=70|130,)|Shapes/Emulated(\.Forward|Backward\.)MatchesRef/Sk=16,Sv=16,Hk=1,Hv=1,T=3,B=4,Bq=2,K=2,gda'\
+'|Shapes/EmulatedChunkForward\.MatchesRef/Sk=16,Sv=32,Hk=1,Hv=1,T=40,B=4'\
 '|Shapes/EmulatedChunkForward\.MatchesRef/Sk=(128|16,Sv=64)|Shapes/EmulatedChunkBackward\.MatchesRef/Sk=(128|16,Sv=32,Hk=1,Hv=1,T=150)'\
 '|Shapes/EmulatedVarlen\.(Forward|Backward)MatchesRef/Sk=16,Sv=16'
 

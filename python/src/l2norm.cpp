@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -51,8 +52,15 @@ void parallel_rows(int64_t total, int threads, const Body &body) {
     const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(threads, total / min_rows_per_thread));
     if (workers == 1) return body(int64_t(0), total);
     std::vector<std::thread> pool;
-    for (int64_t w = 1; w < workers; ++w) pool.emplace_back([&, w] { body(total * w / workers, total * (w + 1) / workers); });
+    int64_t started = 1;  // ranges [0, started) have a thread (range 0: this one)
+    try {
+        for (; started < workers; ++started)
+            pool.emplace_back([&, w = started] { body(total * w / workers, total * (w + 1) / workers); });
+    } catch (const std::system_error &) {
+        // No more threads to be had: this thread runs the ranges that have none.
+    }
     body(int64_t(0), total / workers);
+    if (started < workers) body(total * started / workers, total);
     for (auto &t : pool) t.join();
 }
 
@@ -107,6 +115,9 @@ bool is_f64(const InArray &x, const OutArray &y, const char *what) {
     const size_t last = x.ndim() - 1;
     if ((x.shape(last) > 1 && x.stride(last) != 1) || (y.shape(last) > 1 && y.stride(last) != 1))
         throw nb::value_error((std::string(what) + ": rows (the last dimension) must be contiguous").c_str());
+    for (size_t i = 0; i < last; ++i)
+        if (y.shape(i) > 1 && y.stride(i) == 0)
+            throw nb::value_error((std::string(what) + ": the output's rows overlap (a stride of 0)").c_str());
     return kind(x) == 64;
 }
 
