@@ -1,7 +1,8 @@
-// The element-wise and row-wise loops of the chunk math (everything that is not a GEMM), built
-// for AVX-512, AVX2 and baseline x86-64 and picked at load time (GCC target_clones), so they
-// vectorise on the host's widest ISA. Reductions keep 16 partial sums in a fixed order: the
-// result depends on the host's clone, never on threads or timing.
+// The element-wise and row-wise loops of the chunk math (everything that is not a GEMM), plain
+// loops the compiler vectorises. On x86-64 they are built for AVX-512, AVX2 and baseline x86-64
+// and picked at load time (GCC target_clones), so they vectorise on the host's widest ISA; on
+// AArch64 they are built once for NEON, which every host has. Reductions keep 16 partial sums in
+// a fixed order: the result depends on the host's clone, never on threads or timing.
 #pragma once
 
 #include <cstdint>

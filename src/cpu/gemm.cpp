@@ -1,8 +1,7 @@
-// Run-time choice of the GEMM kernel.
+// Run-time choice of the GEMM kernel among the builds of gemm_kernel.inc this target has.
 #include "cpu/gemm.h"
 
 #include <cstring>
-#include <initializer_list>
 
 namespace gdn::cpu {
 
@@ -11,10 +10,15 @@ namespace gdn::cpu {
     void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c,          \
               int64_t ldc, float *pack);                                                                   \
     }
-GDN_DECLARE_KERNEL(sse2)
 #if defined(__x86_64__)
-GDN_DECLARE_KERNEL(avx2)
 GDN_DECLARE_KERNEL(avx512)
+GDN_DECLARE_KERNEL(avx2)
+GDN_DECLARE_KERNEL(sse2)
+#elif defined(__aarch64__)
+GDN_DECLARE_KERNEL(neon)
+GDN_DECLARE_KERNEL(generic)
+#else
+GDN_DECLARE_KERNEL(generic)
 #endif
 
 namespace {
@@ -26,28 +30,43 @@ struct Choice {
     const char *name;
 };
 
+// The kernels built for this target, best first. SSE2 is part of x86-64 and Advanced SIMD (NEON)
+// of AArch64, so the last x86 entry and both AArch64 entries run on every host of their target;
+// "generic" (plain 4-float vectors, the compiler's lowering) is the fallback on any other target
+// and is kept on AArch64 as the baseline the tests and the benchmark compare "neon" with.
+constexpr Choice kKernels[] = {
+#if defined(__x86_64__)
+    {avx512::gemm, "avx512"},
+    {avx2::gemm, "avx2"},
+    {sse2::gemm, "sse2"},
+#elif defined(__aarch64__)
+    {neon::gemm, "neon"},
+    {generic::gemm, "generic"},
+#else
+    {generic::gemm, "generic"},
+#endif
+};
+
 bool host_has(const char *isa) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (std::strcmp(isa, "avx512") == 0) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
     if (std::strcmp(isa, "avx2") == 0) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-    return std::strcmp(isa, "sse2") == 0;
+    (void)isa;
+    return true;  // the target's baseline
 }
 
-Choice choice_for(const char *isa) {
-#if defined(__x86_64__)
-    if (std::strcmp(isa, "avx512") == 0) return {avx512::gemm, "avx512"};
-    if (std::strcmp(isa, "avx2") == 0) return {avx2::gemm, "avx2"};
-#endif
-    (void)isa;
-    return {sse2::gemm, "sse2"};
+const Choice *find(const char *isa) {
+    for (const Choice &c : kKernels)
+        if (isa != nullptr && std::strcmp(isa, c.name) == 0) return &c;
+    return nullptr;
 }
 
 Choice best() {
-    for (const char *isa : {"avx512", "avx2"})
-        if (host_has(isa)) return choice_for(isa);
-    return choice_for("sse2");
+    for (const Choice &c : kKernels)
+        if (host_has(c.name)) return c;
+    return kKernels[sizeof kKernels / sizeof kKernels[0] - 1];
 }
 
 Choice &current() {
@@ -66,9 +85,12 @@ int64_t gemm_pack_floats(int64_t k) { return (k > 0 ? k : 1) * 64; }  // k x NR,
 
 const char *gemm_isa() { return current().name; }
 
+const char *gemm_best_isa() { return best().name; }
+
 bool gemm_force_isa(const char *isa) {
-    if (!host_has(isa)) return false;
-    current() = choice_for(isa);
+    const Choice *c = find(isa);
+    if (c == nullptr || !host_has(c->name)) return false;
+    current() = *c;
     return true;
 }
 

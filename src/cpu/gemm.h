@@ -3,8 +3,9 @@
 //
 // A and B are read through Mat views, so the transposes the chunk math needs (K^T D, D S^T, ...)
 // cost no copies of A. B is packed into a zero-padded column panel per call; A is read in place.
-// The kernel is chosen once at run time from the host's ISA (AVX-512, AVX2+FMA, or SSE2), so one
-// binary runs everywhere and every thread uses the same kernel (same bits for any thread count).
+// The kernel is chosen once at run time from the host's ISA (x86-64: AVX-512, AVX2+FMA, or SSE2;
+// AArch64: NEON), so one binary runs on every host of its target and every thread uses the same
+// kernel (same bits for any thread count).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,14 @@ void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_sc
 
 int64_t gemm_pack_floats(int64_t k);
 
-// The kernel in use: "avx512", "avx2" or "sse2".
+// The kernel in use: "avx512", "avx2" or "sse2" on x86-64, "neon" on AArch64, "generic" elsewhere.
 const char *gemm_isa();
 
-// Forces a kernel ("avx512", "avx2", "sse2") for benchmarks and tests; false when the host lacks
-// it. Not thread-safe against running calls.
+// The kernel chosen at start-up: the best this host has.
+const char *gemm_best_isa();
+
+// Forces a kernel (a name gemm_isa() can return; "generic" too on AArch64) for benchmarks and
+// tests; false when this build or the host lacks it. Not thread-safe against running calls.
 bool gemm_force_isa(const char *isa);
 
 }  // namespace gdn::cpu

@@ -1,9 +1,11 @@
 // The small GEMM behind the chunked kernels, against a plain double loop, for every ISA this
-// host has, every transpose, overwrite / accumulate / scaled C, and awkward sizes (edges of the 6/8-row and 16/32/64-column tiles).
+// host has, every transpose, overwrite / accumulate / scaled C, and awkward sizes (edges of the 5/6-row and
+// 8/16/32/64-column tiles).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/gemm.h"
@@ -15,8 +17,10 @@ using gdn::cpu::Mat;
 TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1, 1);
-    for (const char *isa : {"sse2", "avx2", "avx512"}) {
+    int tested = 0;
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        ++tested;
         for (int m : {1, 5, 6, 7, 13, 64})
             for (int n : {1, 3, 16, 33, 64, 130})
                 for (int k : {0, 1, 7, 64})
@@ -42,7 +46,41 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
                             }
                     }
     }
-    gdn::cpu::gemm_force_isa("avx512") || gdn::cpu::gemm_force_isa("avx2");  // back to the best
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));  // back to the best
+#if defined(__x86_64__) || defined(__aarch64__)
+    EXPECT_GE(tested, 2);  // the target's baseline and its best build (sse2 + avx2 here; generic + neon)
+#else
+    EXPECT_EQ(tested, 1);
+#endif
+}
+
+// The kernel chosen at start-up is the best this host has, and only the target's own kernels can
+// be forced.
+TEST(CpuGemm, ChoosesTheHostsBestKernel) {
+    const std::string best = gdn::cpu::gemm_best_isa();
+    EXPECT_EQ(std::string(gdn::cpu::gemm_isa()), best);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const bool fma = __builtin_cpu_supports("fma");
+    const char *want = __builtin_cpu_supports("avx512f") && fma ? "avx512"
+                       : __builtin_cpu_supports("avx2") && fma ? "avx2"
+                                                                : "sse2";
+    EXPECT_EQ(best, want);
+    EXPECT_TRUE(gdn::cpu::gemm_force_isa("sse2"));
+    EXPECT_FALSE(gdn::cpu::gemm_force_isa("neon"));
+    EXPECT_FALSE(gdn::cpu::gemm_force_isa("generic"));
+#elif defined(__aarch64__)
+    EXPECT_EQ(best, "neon");
+    EXPECT_TRUE(gdn::cpu::gemm_force_isa("generic"));
+    EXPECT_FALSE(gdn::cpu::gemm_force_isa("sse2"));
+    EXPECT_FALSE(gdn::cpu::gemm_force_isa("avx2"));
+#else
+    EXPECT_EQ(best, "generic");
+#endif
+    EXPECT_FALSE(gdn::cpu::gemm_force_isa("no-such-isa"));
+    EXPECT_FALSE(gdn::cpu::gemm_force_isa(nullptr));
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(best.c_str()));
+    EXPECT_EQ(std::string(gdn::cpu::gemm_isa()), best);
 }
 
 }  // namespace
