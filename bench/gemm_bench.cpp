@@ -1,6 +1,8 @@
 // The small GEMMs of the chunked kernels (C = 64 tokens, head size 128), by implementation:
 //   gdn/<isa>   the backend's kernel (src/cpu/gemm_kernel.inc) forced to avx512, avx2 or sse2
-//   loops       a plain i-k-j loop nest, compiled for AVX-512 by GCC's auto-vectoriser
+//               (x86-64), neon or generic (AArch64)
+//   loops       a plain i-k-j loop nest, compiled for AVX-512 (x86-64; the target's baseline
+//               elsewhere) by GCC's auto-vectoriser
 //   refblas     Debian's reference BLAS sgemm (libblas3), when linked
 //   eigen       Eigen 3 matrix products (AVX-512 build), when found
 //   libxsmm     libxsmm JIT small-matrix kernels, NN only, when found
@@ -61,7 +63,13 @@ void bm_gdn(benchmark::State &state, const char *isa, int m, int n, int k, bool 
     finish(state, p);
 }
 
-__attribute__((target("avx512f,fma"))) void loops(const Problem &p, float *c) {
+#if defined(__x86_64__)
+#define GDN_LOOPS_TARGET __attribute__((target("avx512f,fma")))
+#else
+#define GDN_LOOPS_TARGET
+#endif
+
+GDN_LOOPS_TARGET void loops(const Problem &p, float *c) {
     const Mat a = p.av(), b = p.bv();
     for (int i = 0; i < p.m; ++i) {
         float *ci = c + i * p.n;
@@ -141,7 +149,13 @@ int main(int argc, char **argv) {
                                {"NN_128x128x128", 128, 128, 128, false, false},
                                {"NT_128x128x128", 128, 128, 128, false, true}};
     for (const ShapeArg &s : shapes) {
+#if defined(__x86_64__)
         for (const char *isa : {"avx512", "avx2", "sse2"})
+#elif defined(__aarch64__)
+        for (const char *isa : {"neon", "generic"})
+#else
+        for (const char *isa : {"generic"})
+#endif
             benchmark::RegisterBenchmark((std::string("gdn_") + isa + "/" + s.name).c_str(), bm_gdn, isa, s.m, s.n, s.k,
                                          s.at, s.bt);
         benchmark::RegisterBenchmark((std::string("loops/") + s.name).c_str(), bm_loops, s.m, s.n, s.k, s.at, s.bt);
