@@ -163,8 +163,13 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
         const int64_t elem = element_bytes(raw_type(t));
         const uint8_t *base = static_cast<const uint8_t *>(t.data);
         const int64_t at = Arena::kGuardBytes + (base - c.arena->payload());
+        // The largest |ref|, NaN ignored. Written as a compare, not std::fmax: GCC 12's AArch64
+        // vectoriser crashes (internal compiler error) on that fmax reduction.
         double scale = 0;
-        for (int64_t i = 0; i < count_of(t); ++i) scale = std::fmax(scale, std::fabs(value_at(ref[s].bytes.data() + i * elem, raw_type(t))));
+        for (int64_t i = 0; i < count_of(t); ++i) {
+            const double magnitude = std::fabs(value_at(ref[s].bytes.data() + i * elem, raw_type(t)));
+            if (magnitude > scale) scale = magnitude;
+        }
         for (int64_t i = 0; i < count_of(t); ++i) {
             const int64_t off = offset_of(t, i);
             const bool unwritten_slot = s == STATES && !slot_written(i / (t.ne[0] * t.ne[1] * t.ne[2]));
