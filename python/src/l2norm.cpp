@@ -64,35 +64,37 @@ void parallel_rows(int64_t total, int threads, const Body &body) {
     for (auto &t : pool) t.join();
 }
 
+// Calls row_fn(x row, y row) for every row pair, the rows split over up to `threads` threads.
+template <class T, class RowFn>
+void for_each_row(const Rows<T> &x, const Rows<T> &y, int threads, const RowFn &row_fn) {
+    parallel_rows(x.total(), threads, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) row_fn(static_cast<const T *>(x.row(r)), y.row(r));
+    });
+}
+
 template <class T>
 void normalize(const Rows<T> &x, const Rows<T> &y, double eps, int threads) {
-    parallel_rows(x.total(), threads, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-            const T *xr = x.row(r);
-            T *yr = y.row(r);
-            double sum = 0.0;
-            for (int64_t j = 0; j < x.n; ++j) sum += double(xr[j]) * double(xr[j]);
-            const T inv = static_cast<T>(1.0 / std::sqrt(sum + eps));
-            for (int64_t j = 0; j < x.n; ++j) yr[j] = xr[j] * inv;
-        }
+    const int64_t n = x.n;
+    for_each_row(x, y, threads, [&](const T *xr, T *yr) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; ++j) sum += double(xr[j]) * double(xr[j]);
+        const T inv = static_cast<T>(1.0 / std::sqrt(sum + eps));
+        for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * inv;
     });
 }
 
 template <class T>
 void normalize_backward(const Rows<T> &x, const Rows<T> &dy, double eps, int threads) {
-    parallel_rows(x.total(), threads, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-            const T *xr = x.row(r);
-            T *gr = dy.row(r);
-            double sum = 0.0, dot = 0.0;
-            for (int64_t j = 0; j < x.n; ++j) {
-                sum += double(xr[j]) * double(xr[j]);
-                dot += double(xr[j]) * double(gr[j]);
-            }
-            const double inv = 1.0 / std::sqrt(sum + eps);
-            const T a = static_cast<T>(inv), b = static_cast<T>(inv * inv * inv * dot);
-            for (int64_t j = 0; j < x.n; ++j) gr[j] = a * gr[j] - b * xr[j];
+    const int64_t n = x.n;
+    for_each_row(x, dy, threads, [&](const T *xr, T *gr) {
+        double sum = 0.0, dot = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            sum += double(xr[j]) * double(xr[j]);
+            dot += double(xr[j]) * double(gr[j]);
         }
+        const double inv = 1.0 / std::sqrt(sum + eps);
+        const T a = static_cast<T>(inv), b = static_cast<T>(inv * inv * inv * dot);
+        for (int64_t j = 0; j < n; ++j) gr[j] = a * gr[j] - b * xr[j];
     });
 }
 
