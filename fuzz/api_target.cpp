@@ -243,7 +243,13 @@ void run_api_input(const uint8_t *data, size_t size) {
     const std::vector<uint8_t> before = c.arena->snapshot();
 
     // The dry run first: it touches no tensor data but the offsets of cu_seqlens (read once
-    // everything about them and the other tensors is valid), so it is safe on any pointer.
+    // everything about them and the other tensors is valid), so it is safe on any other pointer.
+    // Offsets outside the arena with a layout not known to be wrong would be read as a caller's
+    // offsets are: that call cannot be made here (like a valid call too large for the arena).
+    if (!offsets_in_arena(c) && judgement.verdict != Verdict::Invalid) {
+        ++g_tally.not_backed;
+        return;
+    }
     const gdn_status checked = invoke(c, ctx, true);
     trace(c, "check", checked, ctx);
     std::string outside;

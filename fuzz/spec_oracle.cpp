@@ -135,13 +135,16 @@ Verdict check_overlaps(const Call &c, std::string &why) {
 
 }  // namespace
 
+bool offsets_in_arena(const Call &c) {
+    if (c.cu_seqlens.data == nullptr) return true;
+    int64_t span;
+    return tensor_span(c.cu_seqlens, span) && span >= 0 && c.arena->holds(c.cu_seqlens.data, static_cast<uint64_t>(span));
+}
+
 bool all_in_arena(const Call &c, std::string &which) {
-    if (c.cu_seqlens.data != nullptr) {
-        int64_t span;
-        if (!tensor_span(c.cu_seqlens, span) || span < 0 || !c.arena->holds(c.cu_seqlens.data, static_cast<uint64_t>(span))) {
-            which = "cu_seqlens";
-            return false;
-        }
+    if (!offsets_in_arena(c)) {
+        which = "cu_seqlens";
+        return false;
     }
     for (int i = 0; i < kSlots; ++i) {
         if (!c.present(i)) continue;
@@ -215,10 +218,7 @@ Judgement judge(const Call &c) {
     j.verdict = check_overlaps(c, j.reason);
     if (j.verdict != Verdict::Valid || !packed) return j;
     // The offsets' values, once nothing else is wrong: 0 first, T last, strictly increasing.
-    std::string outside;
-    int64_t span;
-    if (!tensor_span(c.cu_seqlens, span) || !c.arena->holds(c.cu_seqlens.data, static_cast<uint64_t>(span)))
-        return j.verdict = Verdict::Unknown, j;
+    if (!offsets_in_arena(c)) return j.verdict = Verdict::Unknown, j;
     const std::vector<int64_t> offsets = offsets_of(c.cu_seqlens);
     if (offsets.front() != 0 || offsets.back() != T) return invalid("cu_seqlens: not from 0 to T");
     for (size_t n = 1; n < offsets.size(); ++n)
