@@ -1,6 +1,8 @@
 // gdn-ops perf: per case, the median time of repeated runs lasting at least --min-time (wall and
 // process CPU time), tokens per second, GFLOP/s on the canonical count (SPEC section 8), % of
-// the measured F32 FMA peak, and the workspace.
+// the measured F32 FMA peak, and the workspace. Short forward cases on the host (decoding), whose
+// cost is moving the recurrent state, also report that traffic in GB/s and as % of memcpy's
+// bandwidth at the same size and thread count, measured in the same worker just before.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +24,9 @@ double process_cpu_seconds() {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+// Forward cases up to this many tokens report the state traffic against memcpy's bandwidth.
+constexpr int64_t kStateBoundTokens = 16;
 
 // Runs in the worker: times one case on one backend.
 class PerfRunner final : public ItemRunner {
@@ -58,6 +63,12 @@ public:
             return c.op == testkit::Op::Forward ? session->forward(p, &o_t, &states)
                                                 : session->backward(p, &d_out, &d_states, &grads);
         };
+        // The state's bandwidth ceiling, measured before the case runs (so that its buffers, not
+        // the copy's, are the ones in cache when it is timed).
+        const double state_bytes = c.forward_state_bytes();
+        const bool state_bound = c.op == testkit::Op::Forward && c.shape.T <= kStateBoundTokens &&
+                                 session->memory().is_host() && state_bytes > 0;
+        const double copy_gbps = state_bound ? measure_copy_gbps(o_.threads, static_cast<int64_t>(state_bytes / 2)) : 0;
         gdn_status status = call();  // warm-up: workspace, caches, clocks
         session->memory().synchronize();
         std::vector<double> times, cpu_times;
@@ -93,6 +104,12 @@ public:
                       {"%peak", session->memory().is_host() ? 100.0 * gflops / peak_.gflops : 0.0},
                       {"workspace_MiB", static_cast<double>(session->workspace_bytes()) / (1 << 20)},
                       {"runs", static_cast<double>(times.size())}};
+        if (state_bound) {
+            const double state_gbps = state_bytes / median / 1e9;
+            rec.values.push_back({"state_GB/s", state_gbps});
+            rec.values.push_back({"copy_GB/s", copy_gbps});
+            rec.values.push_back({"%copy", 100.0 * state_gbps / copy_gbps});
+        }
         return rec;
     }
 

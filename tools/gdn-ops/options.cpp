@@ -163,7 +163,8 @@ std::vector<testkit::Case> select_cases(const Options &o) {
     std::vector<testkit::Case> all;
     if (o.model) {
         const ModelShape &m = *o.model;
-        const std::vector<int64_t> tokens = o.mode == Mode::Perf ? std::vector<int64_t>{1, 512, 4096}
+        // perf: decoding, short inputs (speculative decoding, small prefills), and prefill.
+        const std::vector<int64_t> tokens = o.mode == Mode::Perf ? std::vector<int64_t>{1, 4, 16, 64, 512, 4096}
                                                                  : std::vector<int64_t>{1, 64, 130};
         all = testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, tokens, "model");
     } else {

@@ -1,6 +1,8 @@
-// Independent FMA chains, enough of them to cover the FMA latency on both pipes, in the
-// widest vectors the processor has. Loads and stores are absent on purpose: this is the
-// arithmetic ceiling the kernels are measured against.
+// The two ceilings perf measures against. Peak: independent FMA chains, enough of them to cover
+// the FMA latency on both pipes, in the widest vectors the processor has; loads and stores are
+// absent on purpose: this is the arithmetic ceiling. Copy bandwidth: memcpy between two buffers
+// of a given size, over and over, so that they sit in whichever cache level holds that many
+// bytes, as a decoding step's states do when calls follow each other.
 #include "peak.h"
 
 #if defined(__x86_64__)
@@ -12,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -83,7 +87,9 @@ double fma_scalar(long steps) {
 
 using Kernel = double (*)(long);
 
-double run_threads(Kernel kernel, int threads, double seconds) {
+// Runs work(thread) on every thread for about `seconds`; the sum of the threads' rates of what
+// work returns (FLOPs, bytes) per second.
+double run_threads(const std::function<double(int)> &work, int threads, double seconds) {
     std::atomic<bool> go{false};
     std::vector<double> rates(static_cast<size_t>(threads), 0.0);
     std::vector<std::thread> pool;
@@ -93,7 +99,7 @@ double run_threads(Kernel kernel, int threads, double seconds) {
             const auto start = std::chrono::steady_clock::now();
             double flops = 0, elapsed = 0;
             do {
-                flops += kernel(kSteps);
+                flops += work(t);
                 elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             } while (elapsed < seconds);
             rates[static_cast<size_t>(t)] = flops / elapsed;
@@ -102,14 +108,16 @@ double run_threads(Kernel kernel, int threads, double seconds) {
     for (auto &th : pool) th.join();
     double total = 0;
     for (double r : rates) total += r;
-    return total / 1e9;
+    return total;
 }
+
+int thread_count(int threads) { return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
 }  // namespace
 
 Peak measure_peak(int threads, double seconds) {
     Peak p;
-    p.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+    p.threads = thread_count(threads);
     Kernel kernel = fma_scalar;
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -124,9 +132,22 @@ Peak measure_peak(int threads, double seconds) {
     kernel = fma_neon;  // Advanced SIMD is part of AArch64
     p.isa = "neon";
 #endif
-    run_threads(kernel, p.threads, 0.05);  // wake the cores
-    p.gflops = run_threads(kernel, p.threads, seconds);
+    const auto fma = [kernel](int) { return kernel(kSteps); };
+    run_threads(fma, p.threads, 0.05);  // wake the cores
+    p.gflops = run_threads(fma, p.threads, seconds) / 1e9;
     return p;
+}
+
+double measure_copy_gbps(int threads, int64_t bytes, double seconds) {
+    threads = thread_count(threads);
+    const size_t slice = (static_cast<size_t>(bytes) / static_cast<size_t>(threads) + 63) / 64 * 64;
+    std::vector<char> from(slice * static_cast<size_t>(threads), 1), to(from.size(), 0);
+    const auto copy = [&](int t) {
+        std::memcpy(to.data() + slice * t, from.data() + slice * t, slice);
+        return 2.0 * static_cast<double>(slice);  // read and written
+    };
+    run_threads(copy, threads, 0.02);  // into the caches
+    return run_threads(copy, threads, seconds) / 1e9;
 }
 
 }  // namespace gdn::ops

@@ -1,5 +1,8 @@
-// This machine's F32 FMA peak, measured, for perf's "% of peak" column.
+// This machine's F32 FMA peak and its copy bandwidth, measured, for perf's "% of peak" and
+// "%copy" columns.
 #pragma once
+
+#include <cstdint>
 
 namespace gdn::ops {
 
@@ -11,5 +14,9 @@ struct Peak {
 
 // Runs independent FMA chains on `threads` threads (0 = all cores) for about `seconds`.
 Peak measure_peak(int threads, double seconds = 0.3);
+
+// GB/s (bytes read plus bytes written) of memcpy from one buffer of `bytes` to another, the
+// threads (0 = all cores) each copying their slice again and again for about `seconds`.
+double measure_copy_gbps(int threads, int64_t bytes, double seconds = 0.1);
 
 }  // namespace gdn::ops

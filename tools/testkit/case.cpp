@@ -1,5 +1,6 @@
 #include "case.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -80,6 +81,12 @@ uint64_t Case::seed(uint64_t run_seed) const {
 double Case::canonical_flops() const {
     const double per = (op == Op::Forward ? 8.0 : 24.0) * shape.Sk * shape.Sv;
     return per * shape.Hv * shape.T * shape.B;
+}
+
+double Case::forward_state_bytes() const {
+    const double state = sizeof(float) * static_cast<double>(shape.Sk * shape.Sv * shape.Hv * state_sequences());
+    const int64_t slots = std::min(shape.K, shape.T);  // packed: the slots of sequences at least K long
+    return state * ((s0 ? 1 : 0) + static_cast<double>(slots));
 }
 
 namespace {

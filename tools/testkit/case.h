@@ -46,6 +46,9 @@ struct Case {
     uint64_t seed(uint64_t run_seed) const;
     // Canonical FLOPs (SPEC section 8): per token and value head 8*Sk*Sv forward, 24*Sk*Sv backward.
     double canonical_flops() const;
+    // Bytes of recurrent state a forward call reads (the initial states, when s0) and writes (the
+    // snapshot slots among its last K tokens): what bounds decoding, where the arithmetic is small.
+    double forward_state_bytes() const;
 };
 
 // N + 1 offsets from 0 to T (N <= T): a realistic mix of lengths, log-uniform between 1 and T
