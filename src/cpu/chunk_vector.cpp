@@ -1,17 +1,11 @@
 #include "cpu/chunk_vector.h"
 
-// ThreadSanitizer's runtime is not yet initialised when GCC's ifunc resolvers run at load time
-// (the process crashes), so a TSan build takes the baseline code only.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define GDN_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define GDN_VECTORIZED
-#endif
+#include "cpu/vectorized.h"
 
 namespace gdn::cpu {
 
 namespace {
-constexpr int lanes = 16;
+constexpr int lanes = kLanes;
 }
 
 GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {

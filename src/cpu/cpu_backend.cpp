@@ -37,7 +37,7 @@ constexpr int64_t default_chunk_gda = 64;
 constexpr int64_t default_chunk_kda = 64;
 // Up to this many tokens the per-token form is at least as fast (measured: docs/PERF.md; the
 // chunked backward is already as fast at T = 1).
-constexpr int64_t per_token_max_tokens_forward = 4;
+constexpr int64_t per_token_max_tokens_forward = 16;
 constexpr int64_t per_token_max_tokens_backward = 0;
 
 class CpuBackend final : public Backend {

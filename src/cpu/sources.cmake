@@ -9,6 +9,7 @@ set(GDN_CPU_SOURCES
   cpu/chunk_core.cpp
   cpu/chunk_vector.cpp
   cpu/token_forward.cpp
+  cpu/token_block.cpp
   cpu/chunk_forward.cpp
   cpu/chunk_backward.cpp
   cpu/gemm.cpp)

@@ -5,49 +5,97 @@
 #include <cstring>
 
 #include "core/tensor.h"
-#include "cpu/chunk_vector.h"
 
 namespace gdn::cpu {
 
 namespace {
 
+// Tokens per block: the block's q and k rows (2 x 16 x Sk floats) stay in L1/L2 while every
+// column of the state passes through them.
+constexpr int64_t kTokensPerBlock = 16;
+
 const float *row_f32(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<const float *>(element_ptr(t, 0, i1, i2, i3));
 }
 
+// The columns of state (h, index) of a state tensor [Sk, Sv, Hv, *].
+StateColumns columns_of(const gdn_tensor &t, int64_t h, int64_t index) {
+    return {const_cast<char *>(element_ptr(t, 0, 0, h, index)), t.nb[1]};
+}
+
 }  // namespace
+
+void TokenForwardScratch::resize(const Dims &d) {
+    const int64_t block = std::min(kTokensPerBlock, std::max<int64_t>(d.T, 1)), P = padded_row(d.Sk);
+    state.resize(d.T > kTokensPerBlock ? d.Sk * d.Sv : 0);
+    columns.resize(token_block_scratch(P));
+    k.resize(block * P);
+    q.resize(block * P);
+    decay.resize(block * (d.gate_width == 1 ? 1 : P));
+    beta.resize(block);
+    v.resize(block);
+    out.resize(block);
+    snapshot.resize(block);
+}
+
+uint64_t TokenForwardScratch::bytes() const {
+    return sizeof(float) * (state.size() + columns.size() + k.size() + q.size() + decay.size() + beta.size()) +
+           sizeof(void *) * (v.size() + out.size()) + sizeof(StateColumns) * snapshot.size();
+}
 
 void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w) {
     const Dims &d = a.dims;
-    const int64_t Sk = d.Sk, Sv = d.Sv, kh = d.key_head(h), bq = d.qk_sequence(b);
+    const int64_t kh = d.key_head(h), bq = d.qk_sequence(b), Sk = d.Sk, P = padded_row(Sk);
     const bool per_channel = d.gate_width != 1;
-    const float scale = static_cast<float>(d.scale);
-    float *st = w.state.data();  // st[j * Sk + i] = S[i][j], as in memory
-    for (int64_t j = 0; j < Sv; ++j) {
-        if (a.s0) std::memcpy(st + j * Sk, element_ptr(*a.s0, 0, j, h, b), sizeof(float) * Sk);
-        else std::fill(st + j * Sk, st + (j + 1) * Sk, 0.0f);
-    }
-    for (int64_t t = 0; t < d.T; ++t) {
-        const float *q = row_f32(*a.q, kh, t, bq), *k = row_f32(*a.k, kh, t, bq), *v = row_f32(*a.v, h, t, b);
-        const float *g = row_f32(*a.g, h, t, b);
-        const float beta = *row_f32(*a.beta, h, t, b);
-        for (int64_t i = 0; i < d.gate_width; ++i) w.decay[i] = std::exp(g[i]);  // as ref: exp of each gate
-        for (int64_t j = 0; j < Sv; ++j) {
-            float *col = st + j * Sk;
+    // A row copied into its padded slot, the pad zeroed (k, q: zeros keep the pad out of every
+    // dot product; the state's pad is zero too).
+    auto padded_copy = [&](const float *row, float *slot) {
+        std::memcpy(slot, row, sizeof(float) * Sk);
+        std::fill(slot + Sk, slot + P, 0.0f);
+    };
+    const StateColumns scratch{reinterpret_cast<char *>(w.state.data()), Sk * int64_t(sizeof(float))};
+    TokenBlock blk;
+    blk.Sk = Sk;
+    blk.padded = P;
+    blk.Sv = d.Sv;
+    blk.per_channel = per_channel;
+    blk.scale = static_cast<float>(d.scale);
+    blk.k = w.k.data();
+    blk.q = w.q.data();
+    blk.decay = w.decay.data();
+    blk.beta = w.beta.data();
+    blk.v = w.v.data();
+    blk.out = a.out ? w.out.data() : nullptr;
+    blk.snapshot = w.snapshot.data();
+    for (int64_t t0 = 0; t0 < d.T; t0 += kTokensPerBlock) {
+        const int64_t t1 = std::min(d.T, t0 + kTokensPerBlock);
+        blk.tokens = t1 - t0;
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t n = t - t0, slot = d.T - 1 - t;
+            padded_copy(row_f32(*a.k, kh, t, bq), w.k.data() + n * P);
+            padded_copy(row_f32(*a.q, kh, t, bq), w.q.data() + n * P);
+            const float *g = row_f32(*a.g, h, t, b);
             if (per_channel) {
-                scale_rows(col, w.decay.data(), 1, Sk, Sk, col);
+                float *decay = w.decay.data() + n * P;
+                for (int64_t i = 0; i < Sk; ++i) decay[i] = std::exp(g[i]);  // as ref: exp of each gate
+                std::fill(decay + Sk, decay + P, 0.0f);
             } else {
-                cpu::scale(w.decay[0], col, Sk);
+                w.decay[n] = std::exp(g[0]);
             }
-            const float delta = beta * (v[j] - dot(col, k, Sk));  // d_j = beta (v_j - (S'^T k)_j)
-            axpy(delta, k, col, Sk);                               // S = S' + k d^T
-            w.o[j] = scale * dot(col, q, Sk);                      // o = scale S^T q
+            w.beta[n] = *row_f32(*a.beta, h, t, b);
+            w.v[n] = row_f32(*a.v, h, t, b);
+            if (a.out) w.out[n] = reinterpret_cast<float *>(element_ptr(*a.out, 0, h, t, b));
+            w.snapshot[n] = a.states && slot < d.K ? columns_of(*a.states, h, slot * d.B + b) : StateColumns{};
         }
-        if (a.out) std::memcpy(element_ptr(*a.out, 0, h, t, b), w.o.data(), sizeof(float) * Sv);
-        const int64_t slot = d.T - 1 - t;
-        if (a.states && slot < d.K)
-            for (int64_t j = 0; j < Sv; ++j)
-                std::memcpy(element_ptr(*a.states, 0, j, h, slot * d.B + b), st + j * Sk, sizeof(float) * Sk);
+        // The state enters from s0 (or zero) and leaves to the scratch between blocks; the final
+        // state is snapshot slot 0, which the last token writes in place of a copy.
+        const StateColumns from = t0 > 0 ? scratch : (a.s0 ? columns_of(*a.s0, h, b) : StateColumns{});
+        StateColumns to = scratch;
+        if (t1 == d.T) {
+            to = w.snapshot[blk.tokens - 1];  // base nullptr when no slot is asked for
+            w.snapshot[blk.tokens - 1] = {};
+        }
+        token_block(blk, from, to, w.columns.data());
     }
 }
 

@@ -1,25 +1,26 @@
-// The per-token forward for decoding-size inputs, vectorised: SPEC section 2 one token at a
-// time, directly on the state's memory layout (column j = value channel, contiguous over the key
-// index i), so each step is two passes of dot products and axpys over the Sv columns. The same
-// recurrence as src/math/token_step.h (which ref runs in double); this one exists because the
-// float per-token path is what decoding runs, and scalar reductions there cost 4-8x.
+// The per-token forward for decoding-size inputs (and chunk_size = 1): SPEC section 2 one token
+// at a time, directly on the state's memory layout, in blocks of tokens that each column of the
+// state goes through while it sits in L1 (cpu/token_block.h). Decoding (T = 1) reads the initial
+// state once and writes the final state once, with no copy in between.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/problem.h"
+#include "cpu/token_block.h"
 
 namespace gdn::cpu {
 
 struct TokenForwardScratch {
-    std::vector<float> state, decay, o;
-    void resize(const Dims &d) {
-        state.resize(d.Sk * d.Sv);
-        decay.resize(d.Sk);
-        o.resize(d.Sv);
-    }
-    uint64_t bytes() const { return sizeof(float) * (state.size() + decay.size() + o.size()); }
+    std::vector<float> state;    // Sk x Sv as in memory: the state between blocks (T > one block)
+    std::vector<float> columns;  // the block's columns in flight (token_block's scratch)
+    std::vector<float> k, q, decay, beta;  // the block's tokens: padded rows of k, q (and a per channel)
+    std::vector<const float *> v;
+    std::vector<float *> out;
+    std::vector<StateColumns> snapshot;
+    void resize(const Dims &d);
+    uint64_t bytes() const;
 };
 
 // Unit (b, h) over all T tokens: its rows of out and its snapshot slots.

@@ -1,0 +1,52 @@
+// The per-token recurrence over a block of tokens, a few state columns at a time.
+//
+// For decoding and short inputs the work is the state: Sk x Sv floats read and written per step,
+// against 4 Sk Sv FLOPs. So the loops run over groups of state columns (column j = value channel
+// j, contiguous over the key index in the state's memory layout), and each group goes through
+// every token of the block while it sits in L1: the state is read once and written once per
+// block, and each token is two passes over the columns (the first only reads them):
+//   d_j = beta (v_j - (a o c_j) . k);  c_j = a o c_j + d_j k;  o_j = scale c_j . q
+// (a = exp(g): one decay, or one per key channel). The same recurrence as src/math/token_step.h.
+// Several columns at once share each load of k, q and a, and give the reductions independent
+// chains to overlap.
+#pragma once
+
+#include <cstdint>
+
+namespace gdn::cpu {
+
+// Floats per vector of the block's arithmetic; rows are padded with zeros to a multiple of it.
+constexpr int64_t kTokenLanes = 8;
+inline int64_t padded_row(int64_t n) { return (n + kTokenLanes - 1) / kTokenLanes * kTokenLanes; }
+
+// Column j of a state in memory: base + j * stride bytes, Sk contiguous floats.
+struct StateColumns {
+    char *base = nullptr;  // nullptr: none (a zero source, or nothing to write)
+    int64_t stride = 0;
+    float *column(int64_t j) const { return reinterpret_cast<float *>(base + j * stride); }
+};
+
+// One block of tokens of one unit. Rows of k, q (and of the decay, per key channel) are copies
+// padded with zeros to `padded` floats; per token t < tokens: rows of v and out (Sv floats; out
+// may be nullptr: not written), beta, and snapshot[t]: where the state after token t goes (base
+// nullptr: nowhere).
+struct TokenBlock {
+    int64_t Sk = 0, padded = 0, Sv = 0, tokens = 0;
+    bool per_channel = false;  // decay: [tokens][padded], else one per token
+    float scale = 1.0f;
+    const float *k = nullptr, *q = nullptr, *decay = nullptr, *beta = nullptr;  // [tokens][padded], [tokens]
+    const float *const *v = nullptr;
+    float *const *out = nullptr;
+    const StateColumns *snapshot = nullptr;
+};
+
+// Columns of the state that go through a block together.
+constexpr int64_t kTokenBlockColumns = 4;
+// Floats of token_block's scratch: the group's columns between tokens, and a zero column.
+inline int64_t token_block_scratch(int64_t padded) { return (kTokenBlockColumns + 1) * padded; }
+
+// Runs the block on every column: the state enters from `from` (base nullptr: zero) and leaves
+// to `to` (base nullptr: not kept). from and to may be the same.
+void token_block(const TokenBlock &block, StateColumns from, StateColumns to, float *scratch);
+
+}  // namespace gdn::cpu
