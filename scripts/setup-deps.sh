@@ -15,10 +15,4 @@ if command -v python3 >/dev/null; then
   python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
     2>/dev/null || missing+=(python3-dev)
 fi
-if ((${#missing[@]})); then
-  echo "setup-deps: installing ${missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
-fi
+"$(dirname "$0")/apt-install.sh" setup-deps "${missing[@]}"

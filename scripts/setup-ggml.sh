@@ -18,10 +18,7 @@ if [[ "$installed" != "$pin" ]]; then
   command -v python3 >/dev/null || { echo "setup-ggml: python3 is required" >&2; exit 1; }
   if [[ ! -x "$venv/bin/python" ]] && ! python3 -m venv "$venv" >&2; then
     rm -rf "$venv"   # Debian's python3 needs python3-venv for this
-    sudo_cmd=()
-    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq python3-venv >&2
+    "$(dirname "$0")/apt-install.sh" setup-ggml python3-venv
     python3 -m venv "$venv"
   fi
   CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \

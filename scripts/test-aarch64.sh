@@ -19,13 +19,7 @@ command -v ninja >/dev/null || missing+=(ninja-build)
 command -v $triple-g++ >/dev/null || missing+=(g++-$triple)
 command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user)
 [[ -e /usr/src/googletest/CMakeLists.txt ]] || missing+=(libgtest-dev)
-if ((${#missing[@]})); then
-  echo "test-aarch64: installing ${missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
-fi
+scripts/apt-install.sh test-aarch64 "${missing[@]}"
 
 toolchain=$PWD/cmake/toolchains/aarch64-linux-gnu.cmake
 jobs=$(nproc)
