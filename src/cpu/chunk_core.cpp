@@ -222,8 +222,8 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t s0 = tri == Tri::Upper ? r : r0;
             const int64_t s1 = tri == Tri::Upper ? r1 : (tri == Tri::Lower ? r + 1 : r);
-            for (int64_t s = s0; s < s1; ++s)
-                axpy(alpha * t.p[r * t.row_stride + s * t.col_stride], b + s * ldb, c + r * ldc, n);
+            add_rows(alpha, t.p + r * t.row_stride + s0 * t.col_stride, t.col_stride, s1 - s0, b + s0 * ldb, ldb,
+                     c + r * ldc, n);
         }
     }
 }

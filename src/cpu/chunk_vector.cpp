@@ -2,11 +2,23 @@
 
 #include "cpu/vectorized.h"
 
+// Vec8 below is passed only inside always-inlined helpers: the ABI GCC warns about is never used.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace gdn::cpu {
 
 namespace {
 constexpr int lanes = kLanes;
+
+// Eight floats (one AVX register, two SSE or NEON ones); the helpers are always inlined.
+typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
+inline __attribute__((always_inline)) Vec8 load8(const float *p) {
+    Vec8 v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
 }
+inline __attribute__((always_inline)) void store8(float *p, Vec8 v) { __builtin_memcpy(p, &v, sizeof v); }
+}  // namespace
 
 GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {
     constexpr double log2e = 1.4426950408889634, ln2_hi = 0.6931471805599453, ln2_lo = 2.3190468138462996e-17;
@@ -69,6 +81,33 @@ GDN_VECTORIZED void products_f64(const float *a, const float *b, const float *c,
 
 GDN_VECTORIZED void axpy(float alpha, const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
+                             int64_t ldx, float *y, int64_t n) {
+    // 64 columns at a time: eight vectors of y stay in registers while every x_j passes.
+    constexpr int width = 8, block = 8 * width;
+    int64_t i = 0;
+    for (; i + block <= n; i += block) {
+        Vec8 acc[block / width];
+        for (int v = 0; v < block / width; ++v) acc[v] = load8(y + i + v * width);
+        for (int64_t j = 0; j < count; ++j) {
+            const float a = alpha * coef[j * coef_stride];
+            const float *xj = x + j * ldx + i;
+            for (int v = 0; v < block / width; ++v) acc[v] += a * load8(xj + v * width);
+        }
+        for (int v = 0; v < block / width; ++v) store8(y + i + v * width, acc[v]);
+    }
+    for (; i + width <= n; i += width) {
+        Vec8 acc = load8(y + i);
+        for (int64_t j = 0; j < count; ++j) acc += (alpha * coef[j * coef_stride]) * load8(x + j * ldx + i);
+        store8(y + i, acc);
+    }
+    for (; i < n; ++i) {
+        float acc = y[i];
+        for (int64_t j = 0; j < count; ++j) acc += (alpha * coef[j * coef_stride]) * x[j * ldx + i];
+        y[i] = acc;
+    }
 }
 
 GDN_VECTORIZED void scale(float alpha, float *x, int64_t n) {
