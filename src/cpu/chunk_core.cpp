@@ -102,9 +102,14 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
         exp_to_float(arg, w.f.data(), L * gw);
     }
     if (!w.kda) {
-        for (int64_t r = 0; r < L; ++r)
-            for (int64_t s = 0; s < L; ++s) arg[r * L + s] = s < r ? w.gam[r] - w.gam[s] : 0.0;
-        exp_to_float(arg, w.gam_mat.data(), L * L);
+        // Only s < r is read: the strict lower triangle, its rows one after another in arg
+        // (row r starts at r (r - 1) / 2), then each row into place.
+        for (int64_t r = 1; r < L; ++r)
+            for (int64_t s = 0; s < r; ++s) arg[r * (r - 1) / 2 + s] = w.gam[r] - w.gam[s];
+        float *packed = w.gam_mat.data() + L * L - L * (L - 1) / 2;  // the tail: rows move forward into place
+        exp_to_float(arg, packed, L * (L - 1) / 2);
+        for (int64_t r = 1; r < L; ++r)
+            std::memmove(w.gam_mat.data() + r * L, packed + r * (r - 1) / 2, sizeof(float) * r);
     }
 }
 

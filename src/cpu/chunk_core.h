@@ -10,9 +10,9 @@
 //   A = (I + diag(beta) M)^-1                                        unit lower triangular
 //   R = V - Kg S0,  Dm = A diag(beta) R                              row r is the delta d_r
 //   O = c (Qg S0 + P Dm),  S_L = diag(gL) S0 + Kl^T Dm
-// GDA: exp(gam_r - gam_s) is one scalar per pair (the matrix `gam_mat`: exp(gam_r) exp(-gam_s)
-// when the chunk's span of gam allows, else one exp per pair), so Q K^T and K K^T are computed
-// once per chunk for the whole group and only masked and scaled per unit.
+// GDA: exp(gam_r - gam_s) is one scalar per pair (the matrix `gam_mat`, one exp per pair s < r),
+// so Q K^T and K K^T are computed once per chunk for the whole group and only masked and scaled
+// per unit.
 // KDA: exp(gam_ri - gam_si) = exp(gam_ri) * exp(-gam_si) per channel (Kinv = K o exp(-gam)), which
 // chunk_plan keeps finite by bounding the span of gam inside a chunk.
 //
@@ -38,7 +38,7 @@ struct ChunkScratch {
     std::vector<double> gam;              // L x gw prefix sums
     std::vector<double> exp_arg;          // L x max(L, gw): arguments of one batch of exp
     std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), exp(-gam); gw: exp(gam_L)
-    std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r
+    std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
     std::vector<float> qkg;               // 2L x Sk: Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // L x Sk
     std::vector<float> p, m, a;           // L x L
