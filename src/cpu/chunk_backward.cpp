@@ -161,7 +161,7 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
     const bool kda = gw != 1;
     float *pack = c.pack.data();
     prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, true, c);
-    solve_deltas(s0, L, false, c);
+    solve_deltas(s0, L, c);
     const float *P = c.p.data(), *M = c.m.data(), *A = c.a.data(), *Dm = c.dm.data();
     const float *Qg = c.qg(), *Kg = c.kg(L);
 
@@ -262,7 +262,7 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
         for (int64_t u = 0; u < units; ++u) {
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
-            solve_deltas(s(u), L, false, c);
+            solve_deltas(s(u), L, c);
             advance_state(s(u), s_next(u), L, c);
         }
     };

@@ -48,14 +48,13 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     a_beta.resize(C * C);
     r.resize(C * Sv);
     dm.resize(C * Sv);
-    o.resize(2 * C * Sv);
     pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
 }
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
     for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
-                            &r, &dm, &o, &pack})
+                            &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
 }
@@ -174,14 +173,9 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
     invert_unit_lower(L, w);
 }
 
-void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w) {
+void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    if (with_qs) {
-        gemm(2 * L, Sv, Sk, 1.0f, rows(w.qkg.data(), Sk), rows(s0, Sv), false, w.o.data(), Sv, w.pack.data());
-        axpy(-1.0f, w.o.data() + L * Sv, w.r.data(), L * Sv);
-    } else {
-        gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
-    }
+    gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
     // Dm = A (beta o R): scale the columns of A by beta instead of copying R.
     float *ab = w.a_beta.data();
     for (int64_t r = 0; r < L; ++r)

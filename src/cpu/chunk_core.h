@@ -44,7 +44,6 @@ struct ChunkScratch {
     std::vector<float> p, m, a;           // L x L
     std::vector<float> a_beta;            // L x L: A diag(beta)
     std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0)
-    std::vector<float> o;                 // 2L x Sv: Qg S0 (then O), Kg S0
     std::vector<float> pack;              // GEMM packing
 
     void resize(const Dims &d, int64_t max_chunk);
@@ -71,9 +70,8 @@ void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, i
 void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
                         ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w);
 
-// R = V - Kg S0 (in r) and Dm = A diag(beta) R; with_qs: also Qg S0 (in o), from the same
-// product [Qg; Kg] S0.
-void solve_deltas(const float *s0, int64_t L, bool with_qs, ChunkScratch &w);
+// R = V - Kg S0 (in r) and Dm = A diag(beta) R.
+void solve_deltas(const float *s0, int64_t L, ChunkScratch &w);
 
 // s_next = diag(gL) s + Kl^T Dm; s_next may be s.
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);

@@ -41,13 +41,16 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             prefetch_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
             float *s = w.states.data() + u * area;
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, c);
-            solve_deltas(s, L, with_out, c);
             if (with_out) {
-                // O = scale (Qg S0 + P Dm), Qg S0 from solve_deltas.
-                cpu::scale(scale, c.o.data(), L * Sv);
-                trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, c.o.data(), Sv, c.pack.data());
-                for (int64_t r = 0; r < L; ++r)
-                    std::memcpy(element_ptr(*a.out, 0, unit.h, t0 + r, unit.b), c.o.data() + r * Sv, sizeof(float) * Sv);
+                // O = scale (Qg S0 + P Dm), straight into the unit's output rows (an output
+                // overlaps no input, and rows are contiguous with a token stride in floats).
+                float *o = reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b));
+                const int64_t ldo = a.out->nb[2] / static_cast<int64_t>(sizeof(float));
+                gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, o, ldo, c.pack.data());
+                solve_deltas(s, L, c);
+                trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, ldo, c.pack.data());
+            } else {
+                solve_deltas(s, L, c);
             }
             advance_state(s, s, L, c);
             const int64_t slot = d.T - t1;
