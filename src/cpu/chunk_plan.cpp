@@ -3,10 +3,36 @@
 #include <algorithm>
 
 #include "core/tensor.h"
+#include "cpu/vectorized.h"
 
 namespace gdn::cpu {
 
 namespace {
+
+// One unit's channels: would adding these gates keep every running sum within the limit of its
+// chunk's min and max? No early exit, so the loop vectorises (the planner reads every gate of a
+// KDA call once; it was a tenth of the forward's instructions with a branch per channel).
+GDN_VECTORIZED bool span_fits(const double *__restrict sum, const double *__restrict lo, const double *__restrict hi,
+                              const float *__restrict gate, int64_t width) {
+    int64_t exceeds = 0;  // as wide as a double, so the comparisons count in vector lanes
+    for (int64_t i = 0; i < width; ++i) {
+        // std::max and std::min on values, not references into the arrays: a conditional load
+        // is control flow the vectoriser refuses; a NaN gate compares false here as there.
+        const double s = sum[i] + clamp_gate(gate[i]), top = hi[i] < s ? s : hi[i], bottom = s < lo[i] ? s : lo[i];
+        exceeds += top - bottom <= kda_span_limit ? 0 : 1;
+    }
+    return exceeds == 0;
+}
+
+GDN_VECTORIZED void span_add(double *__restrict sum, double *__restrict lo, double *__restrict hi,
+                             const float *__restrict gate, int64_t width) {
+    for (int64_t i = 0; i < width; ++i) {
+        const double s = sum[i] + clamp_gate(gate[i]);
+        sum[i] = s;
+        lo[i] = s < lo[i] ? s : lo[i];
+        hi[i] = hi[i] < s ? s : hi[i];
+    }
+}
 
 // Per-channel running prefix sums and their min/max since the chunk start, for every unit.
 struct SpanTracker {
@@ -21,18 +47,9 @@ struct SpanTracker {
     // Would adding these gates keep every channel within the limit? Updates only when yes.
     bool try_add(const std::vector<const float *> &gates) {
         for (size_t u = 0; u < gates.size(); ++u)
-            for (int64_t i = 0; i < width; ++i) {
-                const size_t n = u * width + i;
-                const double s = sum[n] + clamp_gate(gates[u][i]);
-                if (!(std::max(hi[n], s) - std::min(lo[n], s) <= kda_span_limit)) return false;
-            }
+            if (!span_fits(&sum[u * width], &lo[u * width], &hi[u * width], gates[u], width)) return false;
         for (size_t u = 0; u < gates.size(); ++u)
-            for (int64_t i = 0; i < width; ++i) {
-                const size_t n = u * width + i;
-                sum[n] += clamp_gate(gates[u][i]);
-                lo[n] = std::min(lo[n], sum[n]);
-                hi[n] = std::max(hi[n], sum[n]);
-            }
+            span_add(&sum[u * width], &lo[u * width], &hi[u * width], gates[u], width);
         return true;
     }
 };

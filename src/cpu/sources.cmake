@@ -13,6 +13,10 @@ set(GDN_CPU_SOURCES
   cpu/chunk_forward.cpp
   cpu/chunk_backward.cpp
   cpu/gemm.cpp)
+# No code here reads floating-point exception flags. Without this, GCC keeps every loop with a
+# comparison-select (clamps, NaN tests, min/max) scalar inside target_clones functions: under
+# trapping math it will not if-convert them for a target chosen per function.
+set_property(SOURCE ${GDN_CPU_SOURCES} APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   list(APPEND GDN_CPU_SOURCES cpu/gemm_sse2.cpp cpu/gemm_avx2.cpp cpu/gemm_avx512.cpp)
   set_source_files_properties(cpu/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
