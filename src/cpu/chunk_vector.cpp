@@ -40,7 +40,12 @@ GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {
         p = p * r + 1.0;
         p = p * r + 1.0;
         // 2^k as a double built from its exponent bits (k in [-159, 145]: always a normal double).
-        const int64_t bits = (static_cast<int64_t>(k) + 1023) << 52;
+        // k + 1.5 * 2^52 is exact and holds k in its low bits: a bit cast and integer adds, which
+        // vectorise (converting a double to int64 directly needs AVX-512).
+        const double shifted = k + 0x1.8p52;
+        int64_t low;
+        __builtin_memcpy(&low, &shifted, sizeof low);
+        const int64_t bits = (low - 0x4338000000000000 + 1023) << 52;
         double scale;
         __builtin_memcpy(&scale, &bits, sizeof scale);
         const float result = static_cast<float>(p * scale);

@@ -1,0 +1,74 @@
+// The element-wise kernels of cpu/chunk_vector.h against plain double arithmetic: exp_to_float
+// over its whole range (the reduction, the polynomial, the 2^k built from bits, the clamps and
+// NaN), add_rows against a sequence of axpy calls, on lengths around the vector widths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/chunk_vector.h"
+
+namespace {
+
+// Distance in units in the last place between two finite floats of the same sign (or zero).
+int64_t ulps(float a, float b) {
+    int32_t ia, ib;
+    std::memcpy(&ia, &a, sizeof ia);
+    std::memcpy(&ib, &b, sizeof ib);
+    return std::llabs(int64_t(ia) - int64_t(ib));
+}
+
+TEST(CpuVector, ExpToFloatIsWithinOneUlpOfTheRoundedExpEverywhere) {
+    std::vector<double> x;
+    for (double v = -120.0; v <= 100.0; v += 0.013) x.push_back(v);  // every reduction interval, many times
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> wide(-1e4, 1e4), near_zero(-1e-6, 1e-6);
+    for (int i = 0; i < 4000; ++i) x.push_back(wide(rng));
+    for (int i = 0; i < 1000; ++i) x.push_back(near_zero(rng));
+    for (double v : {0.0, -0.0, -103.9, -104.0, -104.5, 88.7, 88.8, 89.5, -1e300, 1e300}) x.push_back(v);
+    const double inf = std::numeric_limits<double>::infinity();
+    x.push_back(-inf);
+    x.push_back(inf);
+    x.push_back(std::numeric_limits<double>::quiet_NaN());
+    // Lengths that leave every possible vector tail: the same values through slices.
+    for (size_t offset : {size_t(0), size_t(1), size_t(3), size_t(7)}) {
+        std::vector<float> y(x.size() - offset);
+        gdn::cpu::exp_to_float(x.data() + offset, y.data(), static_cast<int64_t>(y.size()));
+        for (size_t i = 0; i < y.size(); ++i) {
+            const double v = x[i + offset];
+            const float want = static_cast<float>(std::exp(v));
+            if (std::isnan(v)) {
+                EXPECT_TRUE(std::isnan(y[i])) << "x = NaN";
+            } else if (v < -104.0) {
+                EXPECT_EQ(y[i], 0.0f) << "x = " << v;  // below the smallest subnormal after rounding
+            } else if (want == 0.0f || std::isinf(want)) {
+                EXPECT_EQ(y[i], want) << "x = " << v;
+            } else {
+                EXPECT_LE(ulps(y[i], want), 1) << "x = " << v << ": " << y[i] << " against " << want;
+            }
+        }
+    }
+}
+
+TEST(CpuVector, AddRowsEqualsItsAxpySequence) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 128, 130})
+        for (int64_t count : {0, 1, 5, 16}) {
+            const int64_t ldx = n + 3, stride = 2;
+            std::vector<float> x(count * ldx + 1), coef(count * stride + 1), y(n);
+            for (float &v : x) v = u(rng);
+            for (float &v : coef) v = u(rng);
+            for (float &v : y) v = u(rng);
+            std::vector<float> want = y;
+            for (int64_t j = 0; j < count; ++j) gdn::cpu::axpy(0.75f * coef[j * stride], x.data() + j * ldx, want.data(), n);
+            gdn::cpu::add_rows(0.75f, coef.data(), stride, count, x.data(), ldx, y.data(), n);
+            for (int64_t i = 0; i < n; ++i)  // one rounding per step either way; fused or not may differ by an ulp a step
+                EXPECT_NEAR(y[i], want[i], 1e-6f * (count + 1)) << "n = " << n << ", count = " << count << ", i = " << i;
+        }
+}
+
+}  // namespace
