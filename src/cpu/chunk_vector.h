@@ -18,7 +18,8 @@ void products_f64(const float *a, const float *b, const float *c, const float *d
 // y += alpha x.
 void axpy(float alpha, const float *x, float *y, int64_t n);
 // y += sum_j (alpha coef[j * coef_stride]) x_j over j = 0 .. count-1 in that order, x_j = x + j * ldx:
-// per element the same additions as `count` calls of axpy, with y held in registers across them.
+// per element the terms of `count` calls of axpy added in the same order, with y held in registers
+// across them.
 void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x, int64_t ldx,
               float *y, int64_t n);
 // x *= alpha.
