@@ -29,16 +29,18 @@ BackwardLayout BackwardLayout::of(int64_t chunks, int64_t T, int64_t max_chunk) 
     return l;
 }
 
-void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout) {
-    const int64_t C = max_chunk, Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
-    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+BackwardLayout BackwardLayout::widest(const BackwardLayout &a, const BackwardLayout &b) {
+    return {std::max(a.chunks_per_segment, b.chunks_per_segment), std::max(a.segments, b.segments)};
+}
+
+BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, int64_t max_chunk) {
+    return BackwardLayout::of(static_cast<int64_t>(ends.size()), d.T, max_chunk);
+}
+
+void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
+    const int64_t C = max_chunk, Sk = d.Sk, Sv = d.Sv, gw = d.gate_width;
     chunk.resize(d, max_chunk);
-    checkpoints.resize(layout.segments * units * area);
-    // Slot 0 of each unit is unused (the checkpoint serves); slots 1, 2 also carry the forward pass.
-    replay.resize(layout.chunks_per_segment > 1 ? units * std::max<int64_t>(3, layout.chunks_per_segment) * area : 0);
-    carries.resize((units + 1) * area);
-    carry_slab.resize(units + 1);
-    d_state.resize(area);
+    d_state.resize(Sk * Sv);
     doy.resize(2 * C * Sv);
     y.resize(C * Sv);
     ddm.resize(C * Sv);
@@ -46,11 +48,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout
     dkl.resize(C * Sk);
     dkinv.resize(gw != 1 ? C * Sk : 0);
     dpm.resize(2 * C * C);
-    gp.resize(gw == 1 ? C * C : 0);
-    gm.resize(gw == 1 ? C * C : 0);
     gm_pair.resize(gw == 1 ? 2 * C * C : 0);
-    dq.resize(C * Sk);
-    dk.resize(C * Sk);
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
     acc.resize(std::max<int64_t>(C, 2) * gw);
     wterm.resize(gw);
@@ -58,10 +56,31 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk, const BackwardLayout
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&checkpoints, &replay, &carries, &d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv,
-                          &dpm, &gp, &gm, &gm_pair, &dq, &dk})
-        n += v->size() * sizeof(float);
+    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm, &gm_pair}) n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
+    return n;
+}
+
+void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout) {
+    const bool gda = d.gate_width == 1;
+    units = units_of(d);
+    area = d.Sk * d.Sv;
+    C = max_chunk;
+    segments = layout.segments;
+    chunks_per_segment = layout.chunks_per_segment;
+    replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
+    share_floats = 2 * C * d.Sk + (gda ? 2 * C * C : 0);
+    gram.resize(gda ? C * d.T : 0);
+    checkpoints.resize(units * segments * area);
+    replay.resize(units * replay_slots * area);
+    carries.resize(units * 2 * area);
+    carry_side.resize(units);
+    shares.resize(units * chunks_per_segment * share_floats);
+}
+
+uint64_t GroupBackward::bytes() const {
+    uint64_t n = carry_side.size();
+    for (const auto *v : {&gram, &checkpoints, &replay, &carries, &shares}) n += v->size() * sizeof(float);
     return n;
 }
 
@@ -69,6 +88,18 @@ namespace {
 
 float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
+}
+
+// A unit's share of its group's chunk: dq, dk rows (L x Sk); GDA: dP o Gam, dM o Gam (L x L),
+// which the group multiplies by Q and K once for all its units.
+struct UnitShare {
+    float *dq, *dk, *gp, *gm;
+};
+
+UnitShare share_of(GroupBackward &g, int64_t u, int64_t j, int64_t Sk) {
+    float *base = g.shares.data() + (u * g.chunks_per_segment + j) * g.share_floats;
+    const int64_t rows = g.C * Sk;
+    return {base, base + rows, base + 2 * rows, base + 2 * rows + g.C * g.C};
 }
 
 // dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
@@ -92,7 +123,7 @@ void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardW
 // the sum over s < t <= r), and this unit's share of the group's dq, dk: the row-scaled single
 // terms here, the P and M terms summed into gp, gm for one product per chunk.
 void gda_pairs_and_dqk(int64_t L, int64_t Sk, const float *dP, const float *dM, const float *dQg, const float *dKg,
-                       BackwardWork &w) {
+                       const UnitShare &out, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
     const float *P = c.p.data(), *M = c.m.data();
     std::vector<double> &acc = w.acc, &pair = w.pair;
@@ -107,13 +138,13 @@ void gda_pairs_and_dqk(int64_t L, int64_t Sk, const float *dP, const float *dM, 
     }
     // The group's dq, dk: row-scaled single terms here; P and M terms through gp, gm.
     for (int64_t r = 0; r < L; ++r) {
-        axpy(c.e[r], dQg + r * Sk, w.dq.data() + r * Sk, Sk);
-        axpy(c.e[r], dKg + r * Sk, w.dk.data() + r * Sk, Sk);
-        axpy(c.f[r], w.dkl.data() + r * Sk, w.dk.data() + r * Sk, Sk);
+        axpy(c.e[r], dQg + r * Sk, out.dq + r * Sk, Sk);
+        axpy(c.e[r], dKg + r * Sk, out.dk + r * Sk, Sk);
+        axpy(c.f[r], w.dkl.data() + r * Sk, out.dk + r * Sk, Sk);
         for (int64_t s = 0; s <= r; ++s) {
             const float gam = s == r ? 1.0f : c.gam_mat[r * L + s];
-            w.gp[r * L + s] += dP[r * L + s] * gam;
-            if (s < r) w.gm[r * L + s] += dM[r * L + s] * gam;
+            out.gp[r * L + s] += dP[r * L + s] * gam;
+            if (s < r) out.gm[r * L + s] += dM[r * L + s] * gam;
         }
     }
 }
@@ -121,7 +152,7 @@ void gda_pairs_and_dqk(int64_t L, int64_t Sk, const float *dP, const float *dM, 
 // KDA: the per-channel pair terms of the gate gradient (X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri)
 // Kinv_si, s < r), and this unit's dq, dk through the factored exp(gam_r - gam_s).
 void kda_pairs_and_dqk(int64_t L, int64_t Sk, float *dP, const float *dM, const float *dQg, const float *dKg,
-                       BackwardWork &w) {
+                       const UnitShare &out, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
     const float *Qg = c.qg(), *Kg = c.kg(L);
     float *pack = c.pack.data();
@@ -137,8 +168,8 @@ void kda_pairs_and_dqk(int64_t L, int64_t Sk, float *dP, const float *dM, const 
     // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
     for (int64_t r = 0; r < L; ++r) {
         const float dpr = dP[r * L + r];
-        axpy(dpr, c.k(L) + r * Sk, w.dq.data() + r * Sk, Sk);
-        axpy(dpr, c.q() + r * Sk, w.dk.data() + r * Sk, Sk);
+        axpy(dpr, c.k(L) + r * Sk, out.dq + r * Sk, Sk);
+        axpy(dpr, c.q() + r * Sk, out.dk + r * Sk, Sk);
         dP[r * L + r] = 0.0f;
     }
     if (L > 1) {
@@ -146,15 +177,16 @@ void kda_pairs_and_dqk(int64_t L, int64_t Sk, float *dP, const float *dM, const 
         gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
         gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
     }
-    add_product(c.e.data(), dQg, w.dq.data(), L * Sk);
-    add_product(c.e.data(), dKg, w.dk.data(), L * Sk);
-    add_product(c.f.data(), w.dkl.data(), w.dk.data(), L * Sk);
-    if (L > 1) add_product(c.einv.data(), w.dkinv.data(), w.dk.data(), L * Sk);
+    add_product(c.e.data(), dQg, out.dq, L * Sk);
+    add_product(c.e.data(), dKg, out.dk, L * Sk);
+    add_product(c.f.data(), w.dkl.data(), out.dk, L * Sk);
+    if (L > 1) add_product(c.einv.data(), w.dkinv.data(), out.dk, L * Sk);
 }
 
-// The backward of one unit over one chunk: dsl = dL/dS_L in, ds0 = dL/dS0 out.
+// The backward of one unit over one chunk: dsl = dL/dS_L in, ds0 = dL/dS0 out; the unit's dq,
+// dk (and GP, GM) added to `out`. The group's Q, K rows (and gram) are loaded.
 void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                         const float *dsl, float *ds0, BackwardWork &w) {
+                         const float *dsl, float *ds0, const UnitShare &out, BackwardWork &w) {
     const Dims &d = a.dims;
     ChunkScratch &c = w.chunk;
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
@@ -228,8 +260,8 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
 
-    if (kda) kda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, w);
-    else gda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, w);
+    if (kda) kda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, out, w);
+    else gda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, out, w);
     assemble_gate_gradient(L, gw, wterm, w);
     if (a.dg)
         for (int64_t r = 0; r < L; ++r) {
@@ -238,104 +270,155 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         }
 }
 
+
+int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); }
+
+float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
+
+// Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
+float *entry(GroupBackward &g, int64_t u, int64_t seg, int64_t j) {
+    return j == 0 ? checkpoint(g, u, seg) : g.replay.data() + (u * g.replay_slots + j) * g.area;
+}
+
+float *carry(GroupBackward &g, int64_t u, int side) { return g.carries.data() + (2 * u + side) * g.area; }
+
+// Loads the group's rows of chunk ci (Q too when with_q) and points the scratch at its gram.
+void use_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
+                     bool with_q, GroupBackward &g, ChunkScratch &c) {
+    const int64_t t0 = start_of(ends, ci);
+    load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, with_q, c);
+    c.gram_view = c.kda ? nullptr : g.gram.data() + g.C * t0;
+}
+
+// One chunk forward of one unit: s_next = the state after chunk ci from s.
+void forward_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
+                   ChunkUnit unit, const float *s, float *s_next, GroupBackward &g, ChunkScratch &c) {
+    const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+    use_group_chunk(a, bq, kh, ends, ci, false, g, c);
+    prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, c);
+    solve_deltas(s, L, c);
+    advance_state(s, s_next, L, c);
+}
+
 }  // namespace
 
-void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
-                    BackwardWork &w) {
-    const Dims &d = a.dims;
-    const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
-    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
-    const int64_t chunks = static_cast<int64_t>(ends.size());
-    const BackwardLayout layout = BackwardLayout::of(chunks, d.T, w.chunk.C);
-    const int64_t per_seg = layout.chunks_per_segment;
-    const int64_t slots = std::max<int64_t>(3, per_seg);  // replay slots per unit
+void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
+                   BackwardWork &w) {
     ChunkScratch &c = w.chunk;
-    auto start_of = [&](int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); };
-    auto checkpoint = [&](int64_t seg, int64_t u) { return w.checkpoints.data() + (seg * units + u) * area; };
-    // Entry state of chunk c0 + j of the current segment: the checkpoint, then replayed states.
-    auto entry = [&](int64_t seg, int64_t u, int64_t j) {
-        return j == 0 ? checkpoint(seg, u) : w.replay.data() + (u * slots + j) * area;
-    };
-    // One chunk forward for every unit: s_next(u) = the state after chunk ci from s(u).
-    auto advance_chunk = [&](int64_t ci, auto &&s, auto &&s_next) {
-        const int64_t t0 = start_of(ci), L = ends[ci] - t0;
-        load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, false, c);
-        for (int64_t u = 0; u < units; ++u) {
-            prepare_unit_chunk(*a.v, *a.g, *a.beta, d, group_unit(d, bq, kh, u), t0, L, false, c);
-            solve_deltas(s(u), L, c);
-            advance_state(s(u), s_next(u), L, c);
-        }
-    };
-
-    // Forward pass: the entry state of every segment's first chunk, per unit. Within a segment
-    // the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
-    for (int64_t u = 0; u < units; ++u) {
-        const ChunkUnit unit = group_unit(d, bq, kh, u);
-        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, checkpoint(0, u));
-        else std::fill(checkpoint(0, u), checkpoint(0, u) + area, 0.0f);
+    if (c.kda) return;
+    for (size_t ci = 0; ci < ends.size(); ++ci) {
+        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+        load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, true, c);
+        group_gram(L, true, c, g.gram.data() + g.C * t0);
     }
-    auto running = [&](int64_t ci, int64_t u) {  // where the entry state of chunk ci lives in this pass
+}
+
+void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
+                          GroupBackward &g, BackwardWork &w) {
+    const Dims &d = a.dims;
+    const int64_t chunks = static_cast<int64_t>(ends.size());
+    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
+    const ChunkUnit unit = group_unit(d, bq, kh, u);
+    float *first = checkpoint(g, u, 0);
+    if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
+    else std::fill(first, first + g.area, 0.0f);
+    // Within a segment the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
+    auto running = [&](int64_t ci) {
         const int64_t j = ci % per_seg;
-        return j == 0 ? checkpoint(ci / per_seg, u) : w.replay.data() + (u * slots + 1 + (j + 1) % 2) * area;
+        return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
     };
-    for (int64_t ci = 0; ci + 1 < chunks; ++ci)
-        advance_chunk(ci, [&](int64_t u) { return running(ci, u); }, [&](int64_t u) { return running(ci + 1, u); });
+    for (int64_t ci = 0; ci + 1 < chunks; ++ci) forward_chunk(a, bq, kh, ends, ci, unit, running(ci), running(ci + 1), g, w.chunk);
+    std::fill(carry(g, u, 0), carry(g, u, 0) + g.area, 0.0f);
+    g.carry_side[u] = 0;
+}
 
-    for (int64_t u = 0; u <= units; ++u) w.carry_slab[u] = u;  // slab `units` is the spare
-    std::fill(w.carries.begin(), w.carries.end(), 0.0f);
-    for (int64_t seg = layout.segments - 1; seg >= 0; --seg) {
-        const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
-        for (int64_t ci = c0; ci + 1 < c1; ++ci)
-            advance_chunk(ci, [&](int64_t u) { return entry(seg, u, ci - c0); },
-                          [&](int64_t u) { return entry(seg, u, ci - c0 + 1); });
-        for (int64_t ci = c1 - 1; ci >= c0; --ci) {
-            const int64_t t0 = start_of(ci), t1 = ends[ci], L = t1 - t0;
-            const int64_t prev_start = ci > 0 ? start_of(ci - 1) : t0;
-            load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, true, c);
-            prefetch_rows(a.q, kh, prev_start, t0, bq, Sk);
-            prefetch_rows(a.k, kh, prev_start, t0, bq, Sk);
-            std::fill_n(w.dq.begin(), L * Sk, 0.0f);
-            std::fill_n(w.dk.begin(), L * Sk, 0.0f);
+void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
+                           int64_t seg, GroupBackward &g, BackwardWork &w) {
+    const Dims &d = a.dims;
+    const int64_t Sk = d.Sk, Sv = d.Sv, area = g.area;
+    const int64_t chunks = static_cast<int64_t>(ends.size());
+    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
+    const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
+    const ChunkUnit unit = group_unit(d, bq, kh, u);
+    ChunkScratch &c = w.chunk;
+    for (int64_t ci = c0; ci + 1 < c1; ++ci)
+        forward_chunk(a, bq, kh, ends, ci, unit, entry(g, u, seg, ci - c0), entry(g, u, seg, ci - c0 + 1), g, c);
+    for (int64_t ci = c1 - 1; ci >= c0; --ci) {
+        const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
+        const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
+        use_group_chunk(a, bq, kh, ends, ci, true, g, c);
+        prefetch_rows(a.q, kh, prev_start, t0, bq, Sk);
+        prefetch_rows(a.k, kh, prev_start, t0, bq, Sk);
+        prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, Sv);
+        prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, Sv);
+        const UnitShare share = share_of(g, u, ci - c0, Sk);
+        std::fill_n(share.dq, L * Sk, 0.0f);
+        std::fill_n(share.dk, L * Sk, 0.0f);
+        if (!c.kda) {
+            std::fill_n(share.gp, L * L, 0.0f);
+            std::fill_n(share.gm, L * L, 0.0f);
+        }
+        float *dsl = carry(g, u, g.carry_side[u]), *ds0 = carry(g, u, 1 - g.carry_side[u]);
+        const int64_t slot = d.T - t1;
+        if (a.d_states && slot < d.written_slots()) {
+            load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
+            axpy(1.0f, w.d_state.data(), dsl, area);
+        }
+        backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, ci - c0), dsl, ds0, share, w);
+        g.carry_side[u] = static_cast<uint8_t>(1 - g.carry_side[u]);
+    }
+    if (seg == 0 && a.ds0) store_state(*a.ds0, d, unit.h, unit.b, carry(g, u, g.carry_side[u]));
+}
+
+void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                             int64_t seg, GroupBackward &g, BackwardWork &w) {
+    const Dims &d = a.dims;
+    const int64_t Sk = d.Sk;
+    const int64_t chunks = static_cast<int64_t>(ends.size());
+    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
+    const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
+    ChunkScratch &c = w.chunk;
+    for (int64_t ci = c0; ci < c1; ++ci) {
+        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+        // The units' shares in unit order, into unit 0's.
+        const UnitShare sum = share_of(g, 0, ci - c0, Sk);
+        for (int64_t u = 1; u < units_of(d); ++u) {
+            const UnitShare part = share_of(g, u, ci - c0, Sk);
+            axpy(1.0f, part.dq, sum.dq, L * Sk);
+            axpy(1.0f, part.dk, sum.dk, L * Sk);
             if (!c.kda) {
-                std::fill_n(w.gp.begin(), L * L, 0.0f);
-                std::fill_n(w.gm.begin(), L * L, 0.0f);
+                axpy(1.0f, part.gp, sum.gp, L * L);
+                axpy(1.0f, part.gm, sum.gm, L * L);
             }
-            const int64_t slot = d.T - t1;
-            for (int64_t u = 0; u < units; ++u) {
-                const ChunkUnit unit = group_unit(d, bq, kh, u);
-                prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, Sv);
-                prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, Sv);
-                float *dsl = w.carries.data() + w.carry_slab[u] * area;
-                if (a.d_states && slot < d.written_slots()) {
-                    load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
-                    axpy(1.0f, w.d_state.data(), dsl, area);
+        }
+        if (!c.kda) {
+            // dQ += GP K;  dK += [GP^T, GM + GM^T] [Q; K] (one product over 2L).
+            load_group_rows(*a.q, *a.k, d, bq, kh, t0, L, true, c);
+            float *pack = c.pack.data(), *lhs = w.gm_pair.data();
+            for (int64_t r = 0; r < L; ++r)
+                for (int64_t s = 0; s < L; ++s) {
+                    lhs[r * 2 * L + s] = sum.gp[s * L + r];
+                    lhs[r * 2 * L + L + s] = sum.gm[r * L + s] + sum.gm[s * L + r];
                 }
-                float *ds0 = w.carries.data() + w.carry_slab[units] * area;
-                backward_unit_chunk(a, unit, t0, L, entry(seg, u, ci - c0), dsl, ds0, w);
-                std::swap(w.carry_slab[u], w.carry_slab[units]);
-            }
-            if (!c.kda) {
-                // dQ += GP K;  dK += [GP^T, GM + GM^T] [Q; K] (one product over 2L).
-                float *pack = c.pack.data(), *lhs = w.gm_pair.data();
-                for (int64_t r = 0; r < L; ++r)
-                    for (int64_t s = 0; s < L; ++s) {
-                        lhs[r * 2 * L + s] = w.gp[s * L + r];
-                        lhs[r * 2 * L + L + s] = w.gm[r * L + s] + w.gm[s * L + r];
-                    }
-                gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
-                gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
-            }
-            for (int64_t r = 0; r < L; ++r) {
-                if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), w.dq.data() + r * Sk, sizeof(float) * Sk);
-                if (a.dk) std::memcpy(row_ptr(*a.dk, kh, t0 + r, bq), w.dk.data() + r * Sk, sizeof(float) * Sk);
-            }
+            gemm(L, Sk, L, 1.0f, rows(sum.gp, L), rows(c.k(L), Sk), true, sum.dq, Sk, pack);
+            gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, sum.dk, Sk, pack);
+        }
+        for (int64_t r = 0; r < L; ++r) {
+            if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), sum.dq + r * Sk, sizeof(float) * Sk);
+            if (a.dk) std::memcpy(row_ptr(*a.dk, kh, t0 + r, bq), sum.dk + r * Sk, sizeof(float) * Sk);
         }
     }
-    if (a.ds0)
-        for (int64_t u = 0; u < units; ++u) {
-            const ChunkUnit unit = group_unit(d, bq, kh, u);
-            store_state(*a.ds0, d, unit.h, unit.b, w.carries.data() + w.carry_slab[u] * area);
-        }
+}
+
+void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
+                    BackwardWork &w) {
+    backward_gram(a, bq, kh, ends, g, w);
+    const int64_t units = units_of(a.dims);
+    for (int64_t u = 0; u < units; ++u) backward_checkpoints(a, bq, kh, ends, u, g, w);
+    for (int64_t seg = backward_layout(a.dims, ends, g.C).segments - 1; seg >= 0; --seg) {
+        for (int64_t u = 0; u < units; ++u) backward_unit_segment(a, bq, kh, ends, u, seg, g, w);
+        backward_reduce_segment(a, bq, kh, ends, seg, g, w);
+    }
 }
 
 }  // namespace gdn::cpu

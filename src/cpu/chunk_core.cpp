@@ -30,7 +30,8 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     C = max_chunk;
     kda = gw != 1;
     qk_rows.resize(2 * C * Sk);
-    gram.resize(kda ? 0 : 2 * C * C);
+    gram.resize(kda ? 0 : C * C);
+    kk_product.resize(kda ? 0 : C * C);
     beta.resize(C);
     gam.resize(C * gw);
     exp_arg.resize(C * std::max(C, gw));
@@ -53,24 +54,36 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
+    for (const auto *vec : {&qk_rows, &gram, &kk_product, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
                             &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
 }
 
-void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
-                      int64_t L, bool with_qk, ChunkScratch &w) {
+void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
+                     int64_t L, bool with_q, ChunkScratch &w) {
     const int64_t Sk = d.Sk;
     for (int64_t r = 0; r < L; ++r) {
-        std::memcpy(w.q() + r * Sk, row_f32(q, kh, t0 + r, bq), sizeof(float) * Sk);
+        if (with_q) std::memcpy(w.q() + r * Sk, row_f32(q, kh, t0 + r, bq), sizeof(float) * Sk);
         std::memcpy(w.k(L) + r * Sk, row_f32(k, kh, t0 + r, bq), sizeof(float) * Sk);
     }
+}
+
+void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out) {
+    const int64_t Sk = w.Sk;
+    if (with_qk) gemm(L, L, Sk, 1.0f, rows(w.q(), Sk), transposed(w.k(L), Sk), false, out, L, w.pack.data());
+    float *kk = w.kk_product.data();
+    gemm(L, L, Sk, 1.0f, rows(w.k(L), Sk), transposed(w.k(L), Sk), false, kk, L, w.pack.data());
+    for (int64_t r = 1; r < L; ++r)
+        for (int64_t s = 0; s < r; ++s) out[s * L + r] = kk[r * L + s];
+}
+
+void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
+                      int64_t L, bool with_qk, ChunkScratch &w) {
+    load_group_rows(q, k, d, bq, kh, t0, L, true, w);
     if (w.kda) return;
-    // [Q; K] K^T in one product; without Q only the K K^T half.
-    const int64_t first = with_qk ? 0 : L;
-    gemm(2 * L - first, L, Sk, 1.0f, rows(w.qk_rows.data() + first * Sk, Sk), transposed(w.k(L), Sk), false,
-         w.gram.data() + first * L, L, w.pack.data());
+    group_gram(L, with_qk, w, w.gram.data());
+    w.gram_view = w.gram.data();
 }
 
 namespace {
@@ -147,12 +160,12 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
-        const float *qk = w.qk(), *kk = w.kk(L);
+        const float *gram = w.gram_view;  // Q K^T at (r, s), K K^T at (s, r), s <= r
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 const bool below = s < r;
-                M[r * L + s] = below ? kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
-                if (with_q) P[r * L + s] = below ? qk[r * L + s] * w.gam_mat[r * L + s] : (s == r ? qk[r * L + r] : 0.0f);
+                M[r * L + s] = below ? gram[s * L + r] * w.gam_mat[r * L + s] : 0.0f;
+                if (with_q) P[r * L + s] = below ? gram[r * L + s] * w.gam_mat[r * L + s] : (s == r ? gram[r * L + r] : 0.0f);
             }
     } else {
         if (L > 1) {

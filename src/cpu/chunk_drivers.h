@@ -1,7 +1,7 @@
 // The chunked forward and backward of one group (q/k sequence bq, key head kh): every unit that
 // reads the group's key head, chunk by chunk, sharing the group's Q K^T and K K^T (GDA). dq and
 // dk are summed over the group's units in a fixed order (b ascending, then value heads), so the
-// result does not depend on which worker ran the group.
+// result does not depend on which worker ran the group or its units.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include "cpu/chunk_core.h"
 
 namespace gdn::cpu {
+
+inline int64_t units_of(const Dims &d) { return d.value_heads_per_key_head() * d.sequences_per_qk_sequence(); }
 
 // Units of a group, in the fixed order.
 inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
@@ -37,30 +39,65 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
 struct BackwardLayout {
     int64_t chunks_per_segment = 1, segments = 0;
     static BackwardLayout of(int64_t chunks, int64_t T, int64_t max_chunk);
+    static BackwardLayout widest(const BackwardLayout &a, const BackwardLayout &b);
 };
 
+// The backward of a group is a fixed sequence of steps, each either per group or per unit:
+//   backward_gram            (group)  GDA: every chunk's Q K^T and K K^T, once for all units
+//   backward_checkpoints     (unit)   the forward pass: the unit's state at every segment start
+//   then per segment, last to first:
+//     backward_unit_segment  (unit)   replay the segment, walk its chunks backwards: the unit's
+//                                     dv, dg, dbeta (and ds0 after segment 0) and its share of
+//                                     the group's dq, dk (and GP, GM) per chunk
+//     backward_reduce_segment(group)  sum the shares in unit order, the two group products
+//                                     (GDA), write dq, dk rows
+// A unit step reads only its own unit's state and the group's inputs, so the units of a group
+// may run on different workers (the split schedule: rounds over all groups' units); or one
+// worker runs every step of a group in order (backward_group). Both sum in the same order, so
+// the bits do not depend on the schedule or the thread count.
+
+// Per-worker scratch of the steps.
 struct BackwardWork {
     ChunkScratch chunk;
-    std::vector<float> checkpoints;  // segments x units x area
-    std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
-    std::vector<float> carries;      // (units + 1) x area: dL/dS at the current chunk end, and a spare
-    std::vector<int64_t> carry_slab; // units + 1: which slab of carries is unit u's; the last is the spare
     std::vector<float> d_state;      // area
     std::vector<float> doy;          // 2C x Sv: scale * dO, then -beta o Y
     std::vector<float> y, ddm;       // C x Sv
     std::vector<float> dqkg;         // 2C x Sk: dQg, then dKg
     std::vector<float> dkl, dkinv;   // C x Sk
     std::vector<float> dpm;          // 2C x C: dP, then dM
-    std::vector<float> gp, gm;       // C x C: GDA sums over the group's units of dP o Gam, dM o Gam
     std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
-    std::vector<float> dq, dk;       // C x Sk: the group's dq, dk rows of the chunk
     std::vector<double> single, link, pair, acc, dgam;  // C x gw: gate-gradient pieces
     std::vector<double> wterm;       // gw: the gL term of the gate gradient
+    void resize(const Dims &d, int64_t max_chunk);
+    uint64_t bytes() const;
+};
+
+// What a group's backward keeps between its steps. Sized for the widest call and layout.
+struct GroupBackward {
+    int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0, share_floats = 0;
+    std::vector<float> gram;         // GDA: the chunk starting at t0 has its gram (L x L, ChunkScratch) at C t0
+    std::vector<float> checkpoints;  // units x segments x area
+    std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
+    std::vector<float> carries;      // units x 2 x area: dL/dS at the current chunk end, and the next
+    std::vector<uint8_t> carry_side; // units: which of the two is current
+    std::vector<float> shares;       // units x chunks_per_segment x share_floats: dq, dk (C x Sk), GP, GM (C x C)
     void resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout);
     uint64_t bytes() const;
 };
 
-void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, int64_t max_chunk);
+
+void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
+                   BackwardWork &w);
+void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
+                          GroupBackward &g, BackwardWork &w);
+void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
+                           int64_t seg, GroupBackward &g, BackwardWork &w);
+void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                             int64_t seg, GroupBackward &g, BackwardWork &w);
+
+// Every step of one group in order, on one worker.
+void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
                     BackwardWork &w);
 
 }  // namespace gdn::cpu

@@ -1,9 +1,11 @@
 // The cpu backend: F32, all cores, deterministic.
 //
 // Work is split by group = (q/k sequence, key head): a group's units (every sequence and value
-// head that reads that key head) run on one worker, in a fixed order, so dq and dk are summed
-// without atomics and every thread count gives the same bits. (The forward, whose units are
-// independent, also splits groups into slices of units when there are fewer groups than threads.)
+// head that reads that key head) share its Q K^T and K K^T, and dq and dk are summed over them in
+// a fixed order, without atomics, so every thread count gives the same bits. When there are too
+// few groups for the threads, the forward splits groups into slices of units (they are
+// independent), and the backward runs its per-unit steps in rounds over all groups' units, the
+// per-group sums between them (cpu/backward_schedule.h; the same steps and sums either way).
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
 // so many short sequences fill the gaps the long ones leave, and a chunk never crosses a
@@ -22,6 +24,7 @@
 #include "core/backend.h"
 #include "core/sequences.h"
 #include "core/tensor.h"
+#include "cpu/backward_schedule.h"
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
 #include "cpu/thread_pool.h"
@@ -135,22 +138,35 @@ public:
         const int64_t max_chunk = chunk_length(widest);
         plan(calls, max_chunk);
         BackwardLayout widest_layout;
-        for (const WorkItem &item : items_) {
-            const BackwardLayout l = BackwardLayout::of(static_cast<int64_t>(plans_[plan_index(item)].size()),
-                                                        calls[item.call]->dims.T, max_chunk);
-            widest_layout.chunks_per_segment = std::max(widest_layout.chunks_per_segment, l.chunks_per_segment);
-            widest_layout.segments = std::max(widest_layout.segments, l.segments);
-        }
+        for (const WorkItem &item : items_)
+            widest_layout = BackwardLayout::widest(
+                widest_layout, cpu::backward_layout(calls[item.call]->dims, plans_[plan_index(item)], max_chunk));
+        // One unpacked call whose groups would leave workers idle runs split over its units;
+        // packed sequences keep (sequence, group) items, which already fill the workers.
+        const bool split = packed.dims.N == 0 &&
+                           cpu::split_backward_units(static_cast<int64_t>(items_.size()), cpu::units_of(widest), threads);
         backward_.resize(threads);
+        group_backward_.resize(split ? items_.size() : threads);
         workspace_ = plan_bytes();
         for (auto &w : backward_) {
-            w.resize(widest, max_chunk, widest_layout);
+            w.resize(widest, max_chunk);
             workspace_ += w.bytes();
+        }
+        for (auto &g : group_backward_) {
+            g.resize(widest, max_chunk, widest_layout);
+            workspace_ += g.bytes();
+        }
+        if (split) {
+            cpu::backward_in_rounds(pool_, *calls.front(), [&](int64_t group) -> const std::vector<int64_t> & {
+                return plans_[plan_of_item_[group]];
+            }, group_backward_, backward_);
+            return {};
         }
         pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
             const WorkItem &item = items_[i];
             const BackwardArgs &a = *calls[item.call];
-            cpu::backward_group(a, item.group / a.dims.Hk, item.group % a.dims.Hk, plans_[plan_index(item)], backward_[worker]);
+            cpu::backward_group(a, item.group / a.dims.Hk, item.group % a.dims.Hk, plans_[plan_index(item)],
+                                group_backward_[worker], backward_[worker]);
         });
         return {};
     }
@@ -194,9 +210,10 @@ public:
         }
         const int64_t max_chunk = chunk_length(d);
         s.plan_groups(d, *a.g, max_chunk, begin, end);
-        s.backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk));
+        s.backward.resize(d, max_chunk);
+        s.group_backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk));
         for (int64_t group = begin; group < end; ++group)
-            cpu::backward_group(a, group / d.Hk, group % d.Hk, s.plan_of(group), s.backward);
+            cpu::backward_group(a, group / d.Hk, group % d.Hk, s.plan_of(group), s.group_backward, s.backward);
         return {};
     }
 
@@ -208,6 +225,7 @@ private:
         std::vector<std::vector<int64_t>> plans;
         cpu::ForwardWork forward;
         cpu::BackwardWork backward;
+        cpu::GroupBackward group_backward;
         cpu::TokenForwardScratch token_forward;
         token::BackwardScratch<float, float> token_backward;
 
@@ -245,11 +263,7 @@ private:
 
     static BackwardLayout widest_layout_of(const std::vector<std::vector<int64_t>> &plans, const Dims &d, int64_t max_chunk) {
         BackwardLayout widest;
-        for (const auto &ends : plans) {
-            const BackwardLayout l = BackwardLayout::of(static_cast<int64_t>(ends.size()), d.T, max_chunk);
-            widest.chunks_per_segment = std::max(widest.chunks_per_segment, l.chunks_per_segment);
-            widest.segments = std::max(widest.segments, l.segments);
-        }
+        for (const auto &ends : plans) widest = BackwardLayout::widest(widest, cpu::backward_layout(d, ends, max_chunk));
         return widest;
     }
 
@@ -342,7 +356,8 @@ private:
     std::vector<std::pair<size_t, int64_t>> plan_refs_;  // (call, group) of each plan
     std::vector<std::vector<int64_t>> plans_;
     std::vector<cpu::ForwardWork> forward_;
-    std::vector<cpu::BackwardWork> backward_;
+    std::vector<cpu::BackwardWork> backward_;          // per worker
+    std::vector<cpu::GroupBackward> group_backward_;   // per worker (group schedule) or per group (split)
     std::vector<cpu::TokenForwardScratch> token_forward_;
     std::vector<token::BackwardScratch<float, float>> token_backward_;
     uint64_t workspace_ = 0;

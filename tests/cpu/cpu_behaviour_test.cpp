@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "case.h"
+#include "cpu/backward_schedule.h"
 #include "metrics.h"
 #include "problem_data.h"
 #include "runner.h"
@@ -64,6 +65,27 @@ TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
                 TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
                 const auto first = outputs_of(c, inputs, 1, chunk);
                 for (int threads : {1, 2, 3, 8}) EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
+            }
+}
+
+TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
+    // 2 q/k sequences x 2 key heads = 4 groups of 3 value heads, 12 units. 1, 2 and 5 threads run
+    // whole groups per worker; 3, 8 and 13 (more threads than units) run the units split over
+    // workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
+    // snapshots and their d_states; chunk 16 cuts T = 150 into more chunks than checkpoints
+    // (segments of 2 chunks, replayed), chunk 0 into 3 chunks of 64. Then packed sequences.
+    for (int threads : {3, 8, 13}) EXPECT_TRUE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
+    for (int threads : {1, 2, 5}) EXPECT_FALSE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
+    for (bool kda : {false, true})
+        for (int chunk : {0, 16})
+            for (bool packed : {false, true}) {
+                Case c = shape_case(Op::Backward, kda, Gate::Mild, {32, 32, 2, 6, 150, 2, 2, 3});
+                if (packed) c.pack(5);
+                SCOPED_TRACE(c.label() + " chunk_size=" + std::to_string(chunk));
+                TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+                const auto first = outputs_of(c, inputs, 1, chunk);
+                for (int threads : {2, 3, 5, 8, 13})
+                    EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
             }
 }
 
@@ -132,15 +154,17 @@ uint64_t workspace_after(const Case &c) {
 
 TEST(CpuWorkspace, GrowsWithTokensOverChunkNotTokensTimesState) {
     // One unit, Sk = Sv = 64, chunk 64. Doubling T from 1024 to 2048 may add, per extra chunk,
-    // one checkpointed state (backward only) and, per extra token, one chunk-plan entry
-    // (8 bytes): nothing that scales with T * Sk * Sv. Storing every state at T = 2048 would
-    // take 32 MiB; the whole workspace must stay under 1/16 of that.
+    // one checkpointed state and the chunk's Q K^T and K K^T triangles (64 x 64 floats; backward
+    // only) and, per extra token, one chunk-plan entry (8 bytes): nothing that scales with
+    // T * Sk * Sv. Storing every state at T = 2048 would take 32 MiB; the whole workspace must
+    // stay under 1/16 of that.
     const uint64_t state_bytes = 64 * 64 * sizeof(float);
     for (Op op : {Op::Forward, Op::Backward}) {
         const uint64_t small = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 1024, 1, 1, 1}));
         const uint64_t large = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 2048, 1, 1, 1}));
         const uint64_t extra_chunks = 1024 / 64;
-        const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * state_bytes : 0);
+        const uint64_t gram_bytes = 64 * 64 * sizeof(float);
+        const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * (state_bytes + gram_bytes) : 0);
         EXPECT_GT(small, 0u);
         EXPECT_LE(large - small, allowed) << (op == Op::Forward ? "forward" : "backward");
         EXPECT_LE(large, 2048 * state_bytes / 16) << (op == Op::Forward ? "forward" : "backward");

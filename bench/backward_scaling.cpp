@@ -1,0 +1,236 @@
+// How the cpu backward scales with threads, modelled from measured step times (this machine has
+// 2 cores; the question is 16 to 128).
+//
+// Runs the chunked backward of the 27B shape (Hk 16, Hv 48, Sk = Sv = 128, B 1, the harness's
+// perf case; T = 4096 by default) step by step on one thread and times every step
+// (chunk_drivers.h: the gram per group, the forward pass per unit, per segment each unit's step
+// and the group's reduction). Then, for 1 .. 128 threads, replays the pool's schedule over those
+// times (items in decreasing weight, each to the first free worker, as ThreadPool::run_weighted):
+//   group:  the group schedule, Hk B = 16 items, each every step of its group (the old decomposition)
+//   split:  rounds over Hv B = 48 units (gram, forward pass, then per segment units then groups),
+//           a barrier after each round
+//   chosen: what the backend runs at that thread count (split_backward_units)
+// and prints the makespan, the speedup over one thread, and the load balance: makespan over the
+// mean work per thread (for the group schedule max over mean busy time; for rounds it also
+// counts the waits at the barriers). Then runs both schedules for real on --threads workers,
+// alternately, and prints their median wall times and workspace.
+//
+//   backward_scaling [--tokens=4096] [--threads=2] [--repeat=5]
+//
+// The model ignores memory bandwidth (every thread is assumed to run a step as fast as one
+// thread alone does) and the cost of a barrier (a few microseconds each, 2 per segment).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "case.h"
+#include "core/validate.h"
+#include "cpu/backward_schedule.h"
+#include "cpu/chunk_plan.h"
+#include "problem_data.h"
+#include "runner.h"
+
+namespace {
+
+using namespace gdn;
+using namespace gdn::testkit;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Makespan of items (in the order the pool hands them out) on `threads` workers, each item to
+// the worker free first; busy gets each worker's total.
+double makespan(const std::vector<double> &items, int threads, std::vector<double> &busy) {
+    busy.assign(threads, 0.0);
+    for (double t : items) *std::min_element(busy.begin(), busy.end()) += t;
+    return *std::max_element(busy.begin(), busy.end());
+}
+
+struct Measured {
+    std::vector<double> gram, checkpoints;               // per group; per (group, unit)
+    std::vector<std::vector<double>> units, reduce;      // per round: per (group, unit); per group
+    double total() const {
+        double t = 0;
+        for (double x : gram) t += x;
+        for (double x : checkpoints) t += x;
+        for (const auto &r : units)
+            for (double x : r) t += x;
+        for (const auto &r : reduce)
+            for (double x : r) t += x;
+        return t;
+    }
+};
+
+struct Setup {
+    const BackwardArgs &a;
+    std::vector<std::vector<int64_t>> plans;
+    int64_t max_chunk, groups, units;
+    cpu::BackwardLayout layout;
+};
+
+// Every step once, in the group schedule's order per group; all groups have the same layout here
+// (GDA, one snapshot), so round r is segment segments - 1 - r of every group.
+Measured measure(const Setup &s, cpu::GroupBackward &g, cpu::BackwardWork &w) {
+    const BackwardArgs &a = s.a;
+    const Dims &d = a.dims;
+    Measured m;
+    m.units.assign(s.layout.segments, std::vector<double>(s.groups * s.units));
+    m.reduce.assign(s.layout.segments, std::vector<double>(s.groups));
+    for (int64_t gi = 0; gi < s.groups; ++gi) {
+        const int64_t bq = gi / d.Hk, kh = gi % d.Hk;
+        const std::vector<int64_t> &ends = s.plans[gi];
+        Clock::time_point t = Clock::now();
+        cpu::backward_gram(a, bq, kh, ends, g, w);
+        m.gram.push_back(seconds_since(t));
+        for (int64_t u = 0; u < s.units; ++u) {
+            t = Clock::now();
+            cpu::backward_checkpoints(a, bq, kh, ends, u, g, w);
+            m.checkpoints.push_back(seconds_since(t));
+        }
+        for (int64_t seg = s.layout.segments - 1; seg >= 0; --seg) {
+            const int64_t round = s.layout.segments - 1 - seg;
+            for (int64_t u = 0; u < s.units; ++u) {
+                t = Clock::now();
+                cpu::backward_unit_segment(a, bq, kh, ends, u, seg, g, w);
+                m.units[round][gi * s.units + u] = seconds_since(t);
+            }
+            t = Clock::now();
+            cpu::backward_reduce_segment(a, bq, kh, ends, seg, g, w);
+            m.reduce[round][gi] = seconds_since(t);
+        }
+    }
+    return m;
+}
+
+struct Modelled {
+    double makespan, balance;
+};
+
+Modelled group_schedule(const Measured &m, const Setup &s, int threads) {
+    std::vector<double> items(s.groups, 0.0), busy;
+    for (int64_t gi = 0; gi < s.groups; ++gi) {
+        items[gi] += m.gram[gi];
+        for (int64_t u = 0; u < s.units; ++u) items[gi] += m.checkpoints[gi * s.units + u];
+        for (size_t r = 0; r < m.units.size(); ++r) {
+            for (int64_t u = 0; u < s.units; ++u) items[gi] += m.units[r][gi * s.units + u];
+            items[gi] += m.reduce[r][gi];
+        }
+    }
+    const double span = makespan(items, threads, busy);
+    return {span, span / (m.total() / threads)};
+}
+
+Modelled split_schedule(const Measured &m, int threads) {
+    std::vector<double> busy;
+    double span = makespan(m.gram, threads, busy) + makespan(m.checkpoints, threads, busy);
+    for (size_t r = 0; r < m.units.size(); ++r) span += makespan(m.units[r], threads, busy) + makespan(m.reduce[r], threads, busy);
+    return {span, span / (m.total() / threads)};
+}
+
+int flag(int argc, char **argv, const char *name, int fallback) {
+    const size_t n = std::strlen(name);
+    for (int i = 1; i < argc; ++i)
+        if (std::strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') return std::atoi(argv[i] + n + 1);
+    return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    const int64_t tokens = flag(argc, argv, "--tokens", 4096);
+    const int real_threads = flag(argc, argv, "--threads", 2), repeat = flag(argc, argv, "--repeat", 5);
+    Case c;  // the harness's 27B backward case at T = 4096, at --tokens
+    for (const Case &p : perf_cases())
+        if (p.op == Op::Backward && p.model == "qwen3.5-27b" && p.shape.T == 4096 && p.cu_seqlens.empty() && !p.kda) {
+            c = p;
+            break;
+        }
+    c.shape.T = tokens;
+    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0)), outputs = make_outputs(c, GDN_TYPE_F32);
+    Mirror in(inputs, host_memory()), out(outputs, host_memory());
+    const gdn_problem p = problem_of(c, in);
+    const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
+    const gdn_grads grads = grads_of(out);
+    BackwardArgs a;
+    if (Status st = validate_backward(&p, &d_out, &d_states, &grads, a); !st.ok()) {
+        std::fprintf(stderr, "%s\n", st.message.c_str());
+        return 1;
+    }
+    const Dims &d = a.dims;
+    Setup s{a, {}, std::min<int64_t>(64, d.T), d.Bq * d.Hk, cpu::units_of(d), {}};
+    s.plans.resize(s.groups);
+    for (int64_t gi = 0; gi < s.groups; ++gi) {
+        cpu::plan_chunks(cpu::GroupRef{a.g, &d, gi / d.Hk, gi % d.Hk}, s.max_chunk, s.plans[gi]);
+        s.layout = cpu::BackwardLayout::widest(s.layout, cpu::backward_layout(d, s.plans[gi], s.max_chunk));
+    }
+    std::printf("case: %s\n", c.label().c_str());
+    std::printf("groups (Hk B) %lld, units (Hv B) %lld, chunk %lld, segments %lld\n\n", (long long)s.groups,
+                (long long)(s.groups * s.units), (long long)s.max_chunk, (long long)s.layout.segments);
+
+    std::vector<cpu::BackwardWork> work(std::max(1, real_threads));
+    for (auto &w : work) w.resize(d, s.max_chunk);
+    std::vector<cpu::GroupBackward> states(s.groups);
+    for (auto &g : states) g.resize(d, s.max_chunk, s.layout);
+
+    // Step times: the better of two passes (the first also warms the caches and pages).
+    Measured m = measure(s, states[0], work[0]);
+    {
+        const Measured again = measure(s, states[0], work[0]);
+        if (again.total() < m.total()) m = again;
+    }
+    double units_total = 0, reduce_total = 0, cp_total = 0, gram_total = 0;
+    for (double x : m.gram) gram_total += x;
+    for (double x : m.checkpoints) cp_total += x;
+    for (size_t r = 0; r < m.units.size(); ++r) {
+        for (double x : m.units[r]) units_total += x;
+        for (double x : m.reduce[r]) reduce_total += x;
+    }
+    std::printf("one thread: %.1f ms = gram %.1f + forward pass %.1f + unit steps %.1f + reductions %.1f\n",
+                1e3 * m.total(), 1e3 * gram_total, 1e3 * cp_total, 1e3 * units_total, 1e3 * reduce_total);
+    std::printf("per unit and segment %.3f ms, per group reduction %.3f ms (means)\n\n",
+                1e3 * units_total / (s.layout.segments * s.groups * s.units), 1e3 * reduce_total / (s.layout.segments * s.groups));
+
+    std::printf("| threads | group: ms | speedup | balance | split: ms | speedup | balance | backend runs | speedup |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+    for (int threads : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128}) {
+        const Modelled g = group_schedule(m, s, threads), sp = split_schedule(m, threads);
+        const bool split = cpu::split_backward_units(s.groups, s.units, threads);
+        const double chosen = split ? sp.makespan : g.makespan;
+        std::printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %s | %.2f |\n", threads, 1e3 * g.makespan,
+                    m.total() / g.makespan, g.balance, 1e3 * sp.makespan, m.total() / sp.makespan, sp.balance,
+                    split ? "split" : "group", m.total() / chosen);
+    }
+
+    // Both schedules for real, alternately.
+    cpu::ThreadPool pool(real_threads);
+    std::vector<cpu::GroupBackward> per_worker(real_threads);
+    for (auto &g : per_worker) g.resize(d, s.max_chunk, s.layout);
+    const cpu::GroupPlans plans = [&](int64_t gi) -> const std::vector<int64_t> & { return s.plans[gi]; };
+    std::vector<double> group_ms, split_ms;
+    for (int r = 0; r < repeat; ++r) {
+        Clock::time_point t = Clock::now();
+        pool.run_weighted(std::vector<int64_t>(s.groups, d.T), [&](int64_t gi, int worker) {
+            cpu::backward_group(a, gi / d.Hk, gi % d.Hk, s.plans[gi], per_worker[worker], work[worker]);
+        });
+        group_ms.push_back(1e3 * seconds_since(t));
+        t = Clock::now();
+        cpu::backward_in_rounds(pool, a, plans, states, work);
+        split_ms.push_back(1e3 * seconds_since(t));
+    }
+    std::sort(group_ms.begin(), group_ms.end());
+    std::sort(split_ms.begin(), split_ms.end());
+    uint64_t work_bytes = 0, group_bytes = states.front().bytes();
+    for (const auto &w : work) work_bytes += w.bytes();
+    std::printf("\n%d threads, %d runs each, alternately: group schedule median %.1f ms (min %.1f), split %.1f ms (min %.1f)\n",
+                real_threads, repeat, group_ms[group_ms.size() / 2], group_ms.front(), split_ms[split_ms.size() / 2],
+                split_ms.front());
+    std::printf("workspace: per group %.1f MiB; group schedule %.1f MiB (one per worker), split %.1f MiB (one per group), "
+                "plus %.1f MiB of per-worker scratch\n",
+                group_bytes / 1048576.0, real_threads * group_bytes / 1048576.0, s.groups * group_bytes / 1048576.0,
+                work_bytes / 1048576.0);
+    return 0;
+}

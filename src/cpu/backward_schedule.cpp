@@ -1,0 +1,55 @@
+#include "cpu/backward_schedule.h"
+
+#include <algorithm>
+
+namespace gdn::cpu {
+
+void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans,
+                        std::vector<GroupBackward> &states, std::vector<BackwardWork> &work) {
+    const Dims &d = a.dims;
+    const int64_t groups = d.Bq * d.Hk, units = units_of(d);
+    const int64_t max_chunk = states.front().C;
+    auto bq = [&](int64_t g) { return g / d.Hk; };
+    auto kh = [&](int64_t g) { return g % d.Hk; };
+    std::vector<int64_t> segments(groups), weights;
+    int64_t rounds = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+        segments[g] = backward_layout(d, plans(g), max_chunk).segments;
+        rounds = std::max(rounds, segments[g]);
+    }
+    // Items weigh their tokens (the pool runs the heaviest first); equal for equal segments.
+    if (d.gate_width == 1)
+        pool.run_weighted(std::vector<int64_t>(groups, d.T), [&](int64_t g, int worker) {
+            backward_gram(a, bq(g), kh(g), plans(g), states[g], work[worker]);
+        });
+    pool.run_weighted(std::vector<int64_t>(groups * units, d.T), [&](int64_t i, int worker) {
+        const int64_t g = i / units;
+        backward_checkpoints(a, bq(g), kh(g), plans(g), i % units, states[g], work[worker]);
+    });
+    std::vector<int64_t> active;  // groups with a segment in this round
+    for (int64_t round = 0; round < rounds; ++round) {
+        active.clear();
+        weights.clear();
+        for (int64_t g = 0; g < groups; ++g) {
+            if (segments[g] <= round) continue;
+            const std::vector<int64_t> &ends = plans(g);
+            const int64_t per_seg = backward_layout(d, ends, max_chunk).chunks_per_segment;
+            const int64_t seg = segments[g] - 1 - round, c0 = seg * per_seg;
+            const int64_t c1 = std::min<int64_t>(static_cast<int64_t>(ends.size()), c0 + per_seg);
+            active.push_back(g);
+            weights.push_back(ends[c1 - 1] - (c0 ? ends[c0 - 1] : 0));
+        }
+        std::vector<int64_t> unit_weights(active.size() * units);
+        for (size_t i = 0; i < unit_weights.size(); ++i) unit_weights[i] = weights[i / units];
+        pool.run_weighted(unit_weights, [&](int64_t i, int worker) {
+            const int64_t g = active[i / units];
+            backward_unit_segment(a, bq(g), kh(g), plans(g), i % units, segments[g] - 1 - round, states[g], work[worker]);
+        });
+        pool.run_weighted(weights, [&](int64_t i, int worker) {
+            const int64_t g = active[i];
+            backward_reduce_segment(a, bq(g), kh(g), plans(g), segments[g] - 1 - round, states[g], work[worker]);
+        });
+    }
+}
+
+}  // namespace gdn::cpu

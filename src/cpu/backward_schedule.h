@@ -1,0 +1,36 @@
+// How the chunked backward of a call is spread over workers (the steps are in chunk_drivers.h).
+//
+// The group schedule hands each worker whole groups (backward_group: every step of the group in
+// order); the split schedule runs rounds over every group's units, so a call of G groups of u
+// units keeps G u workers busy instead of G. Both run the same steps and sum in the same order,
+// so the schedule (and the thread count) never changes the bits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cpu/chunk_drivers.h"
+#include "cpu/thread_pool.h"
+
+namespace gdn::cpu {
+
+// Whether a call of `groups` groups of `units` units runs split on `threads` workers: when the
+// group schedule would leave workers idle, i.e. its makespan in unit-times, ceil(G / threads) u,
+// exceeds the split one's, ceil(G u / threads); and at most 2 threads groups, because the split
+// schedule holds every group's state at once (the group schedule one per worker).
+inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
+    const auto ceil_div = [](int64_t x, int64_t y) { return (x + y - 1) / y; };
+    return groups <= 2 * int64_t(threads) && ceil_div(groups, threads) * units > ceil_div(groups * units, threads);
+}
+
+// Chunk ends of group g = bq * Hk + kh.
+using GroupPlans = std::function<const std::vector<int64_t> &(int64_t group)>;
+
+// The split schedule of one call: the GDA gram per group, the forward pass per unit, then per
+// round (segment `segments - 1 - round` of each group that has it) the unit steps of every group,
+// then the groups' reductions. states[g] belongs to group g; work[w] to worker w.
+void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans,
+                        std::vector<GroupBackward> &states, std::vector<BackwardWork> &work);
+
+}  // namespace gdn::cpu
