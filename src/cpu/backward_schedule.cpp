@@ -24,7 +24,7 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
         });
     pool.run_weighted(std::vector<int64_t>(groups * units, d.T), [&](int64_t i, int worker) {
         const int64_t g = i / units;
-        backward_checkpoints(a, bq(g), kh(g), plans(g), i % units, states[g], work[worker]);
+        backward_checkpoints(a, bq(g), kh(g), plans(g), {i % units, i % units + 1}, states[g], work[worker]);
     });
     std::vector<int64_t> active;  // groups with a segment in this round
     for (int64_t round = 0; round < rounds; ++round) {
@@ -43,7 +43,8 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
         for (size_t i = 0; i < unit_weights.size(); ++i) unit_weights[i] = weights[i / units];
         pool.run_weighted(unit_weights, [&](int64_t i, int worker) {
             const int64_t g = active[i / units];
-            backward_unit_segment(a, bq(g), kh(g), plans(g), i % units, segments[g] - 1 - round, states[g], work[worker]);
+            backward_unit_segment(a, bq(g), kh(g), plans(g), {i % units, i % units + 1}, segments[g] - 1 - round, states[g],
+                                  work[worker]);
         });
         pool.run_weighted(weights, [&](int64_t i, int worker) {
             const int64_t g = active[i];

@@ -290,11 +290,10 @@ void use_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::v
     c.gram_view = c.kda ? nullptr : g.gram.data() + g.C * t0;
 }
 
-// One chunk forward of one unit: s_next = the state after chunk ci from s.
-void forward_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
-                   ChunkUnit unit, const float *s, float *s_next, GroupBackward &g, ChunkScratch &c) {
+// One chunk forward of one unit (the group's chunk loaded): s_next = the state after chunk ci from s.
+void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, ChunkUnit unit, const float *s,
+                   float *s_next, ChunkScratch &c) {
     const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
-    use_group_chunk(a, bq, kh, ends, ci, false, g, c);
     prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, c);
     solve_deltas(s, L, c);
     advance_state(s, s_next, L, c);
@@ -313,61 +312,76 @@ void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vec
     }
 }
 
-void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
-                          GroupBackward &g, BackwardWork &w) {
+void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                          UnitRange units, GroupBackward &g, BackwardWork &w) {
     const Dims &d = a.dims;
     const int64_t chunks = static_cast<int64_t>(ends.size());
     const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
-    const ChunkUnit unit = group_unit(d, bq, kh, u);
-    float *first = checkpoint(g, u, 0);
-    if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
-    else std::fill(first, first + g.area, 0.0f);
+    for (int64_t u = units.begin; u < units.end; ++u) {
+        const ChunkUnit unit = group_unit(d, bq, kh, u);
+        float *first = checkpoint(g, u, 0);
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
+        else std::fill(first, first + g.area, 0.0f);
+        std::fill(carry(g, u, 0), carry(g, u, 0) + g.area, 0.0f);
+        g.carry_side[u] = 0;
+    }
     // Within a segment the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
-    auto running = [&](int64_t ci) {
+    auto running = [&](int64_t ci, int64_t u) {
         const int64_t j = ci % per_seg;
         return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
     };
-    for (int64_t ci = 0; ci + 1 < chunks; ++ci) forward_chunk(a, bq, kh, ends, ci, unit, running(ci), running(ci + 1), g, w.chunk);
-    std::fill(carry(g, u, 0), carry(g, u, 0) + g.area, 0.0f);
-    g.carry_side[u] = 0;
+    for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
+        use_group_chunk(a, bq, kh, ends, ci, false, g, w.chunk);
+        for (int64_t u = units.begin; u < units.end; ++u)
+            forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), running(ci, u), running(ci + 1, u), w.chunk);
+    }
 }
 
-void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
-                           int64_t seg, GroupBackward &g, BackwardWork &w) {
+void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                           UnitRange units, int64_t seg, GroupBackward &g, BackwardWork &w) {
     const Dims &d = a.dims;
     const int64_t Sk = d.Sk, Sv = d.Sv, area = g.area;
     const int64_t chunks = static_cast<int64_t>(ends.size());
     const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
     const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
-    const ChunkUnit unit = group_unit(d, bq, kh, u);
     ChunkScratch &c = w.chunk;
-    for (int64_t ci = c0; ci + 1 < c1; ++ci)
-        forward_chunk(a, bq, kh, ends, ci, unit, entry(g, u, seg, ci - c0), entry(g, u, seg, ci - c0 + 1), g, c);
+    for (int64_t ci = c0; ci + 1 < c1; ++ci) {
+        use_group_chunk(a, bq, kh, ends, ci, false, g, c);
+        for (int64_t u = units.begin; u < units.end; ++u)
+            forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), entry(g, u, seg, ci - c0), entry(g, u, seg, ci - c0 + 1), c);
+    }
     for (int64_t ci = c1 - 1; ci >= c0; --ci) {
         const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
         const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
         use_group_chunk(a, bq, kh, ends, ci, true, g, c);
         prefetch_rows(a.q, kh, prev_start, t0, bq, Sk);
         prefetch_rows(a.k, kh, prev_start, t0, bq, Sk);
-        prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, Sv);
-        prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, Sv);
-        const UnitShare share = share_of(g, u, ci - c0, Sk);
-        std::fill_n(share.dq, L * Sk, 0.0f);
-        std::fill_n(share.dk, L * Sk, 0.0f);
-        if (!c.kda) {
-            std::fill_n(share.gp, L * L, 0.0f);
-            std::fill_n(share.gm, L * L, 0.0f);
+        for (int64_t u = units.begin; u < units.end; ++u) {
+            const ChunkUnit unit = group_unit(d, bq, kh, u);
+            prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, Sv);
+            prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, Sv);
+            const UnitShare share = share_of(g, u, ci - c0, Sk);
+            std::fill_n(share.dq, L * Sk, 0.0f);
+            std::fill_n(share.dk, L * Sk, 0.0f);
+            if (!c.kda) {
+                std::fill_n(share.gp, L * L, 0.0f);
+                std::fill_n(share.gm, L * L, 0.0f);
+            }
+            float *dsl = carry(g, u, g.carry_side[u]), *ds0 = carry(g, u, 1 - g.carry_side[u]);
+            const int64_t slot = d.T - t1;
+            if (a.d_states && slot < d.written_slots()) {
+                load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
+                axpy(1.0f, w.d_state.data(), dsl, area);
+            }
+            backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, ci - c0), dsl, ds0, share, w);
+            g.carry_side[u] = static_cast<uint8_t>(1 - g.carry_side[u]);
         }
-        float *dsl = carry(g, u, g.carry_side[u]), *ds0 = carry(g, u, 1 - g.carry_side[u]);
-        const int64_t slot = d.T - t1;
-        if (a.d_states && slot < d.written_slots()) {
-            load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
-            axpy(1.0f, w.d_state.data(), dsl, area);
-        }
-        backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, ci - c0), dsl, ds0, share, w);
-        g.carry_side[u] = static_cast<uint8_t>(1 - g.carry_side[u]);
     }
-    if (seg == 0 && a.ds0) store_state(*a.ds0, d, unit.h, unit.b, carry(g, u, g.carry_side[u]));
+    if (seg == 0 && a.ds0)
+        for (int64_t u = units.begin; u < units.end; ++u) {
+            const ChunkUnit unit = group_unit(d, bq, kh, u);
+            store_state(*a.ds0, d, unit.h, unit.b, carry(g, u, g.carry_side[u]));
+        }
 }
 
 void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
@@ -413,10 +427,10 @@ void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, cons
 void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
                     BackwardWork &w) {
     backward_gram(a, bq, kh, ends, g, w);
-    const int64_t units = units_of(a.dims);
-    for (int64_t u = 0; u < units; ++u) backward_checkpoints(a, bq, kh, ends, u, g, w);
+    const UnitRange units{0, units_of(a.dims)};
+    backward_checkpoints(a, bq, kh, ends, units, g, w);
     for (int64_t seg = backward_layout(a.dims, ends, g.C).segments - 1; seg >= 0; --seg) {
-        for (int64_t u = 0; u < units; ++u) backward_unit_segment(a, bq, kh, ends, u, seg, g, w);
+        backward_unit_segment(a, bq, kh, ends, units, seg, g, w);
         backward_reduce_segment(a, bq, kh, ends, seg, g, w);
     }
 }

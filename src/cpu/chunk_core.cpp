@@ -160,11 +160,19 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
-        const float *gram = w.gram_view;  // Q K^T at (r, s), K K^T at (s, r), s <= r
+        // The gram holds Q K^T at (r, s) and K K^T at (s, r), s <= r: K K^T back below the
+        // diagonal first (in tiles), so that both loops below read rows.
+        const float *gram = w.gram_view;
+        float *kk = w.kk_product.data();
+        constexpr int64_t tile = 16;
+        for (int64_t r0 = 0; r0 < L; r0 += tile)
+            for (int64_t s0 = 0; s0 <= r0; s0 += tile)
+                for (int64_t r = r0; r < std::min(L, r0 + tile); ++r)
+                    for (int64_t s = s0; s < std::min(r, s0 + tile); ++s) kk[r * L + s] = gram[s * L + r];
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 const bool below = s < r;
-                M[r * L + s] = below ? gram[s * L + r] * w.gam_mat[r * L + s] : 0.0f;
+                M[r * L + s] = below ? kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
                 if (with_q) P[r * L + s] = below ? gram[r * L + s] * w.gam_mat[r * L + s] : (s == r ? gram[r * L + r] : 0.0f);
             }
     } else {

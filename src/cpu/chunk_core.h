@@ -34,7 +34,7 @@ struct ChunkScratch {
     // The group's chunk: Q rows then K rows (2L x Sk). GDA: its gram, L x L, Q K^T on and below
     // the diagonal and K K^T (transposed) above it: everything the units read of the two, in
     // `gram` or wherever gram_view points (the backward keeps every chunk's, computed once).
-    std::vector<float> qk_rows, gram, kk_product;  // kk_product: C x C, K K^T while folding
+    std::vector<float> qk_rows, gram, kk_product;  // kk_product: C x C, K K^T while (un)folding
     const float *gram_view = nullptr;
     // One unit's chunk.
     std::vector<float> beta;              // L

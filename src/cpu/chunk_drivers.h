@@ -89,10 +89,16 @@ BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, 
 
 void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
                    BackwardWork &w);
-void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
-                          GroupBackward &g, BackwardWork &w);
-void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t u,
-                           int64_t seg, GroupBackward &g, BackwardWork &w);
+// The unit steps take a range of the group's units, chunk by chunk and unit by unit inside a
+// chunk (one load of the chunk's rows for all of them); each unit's arithmetic is the same
+// whatever the range.
+struct UnitRange {
+    int64_t begin, end;
+};
+void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                          UnitRange units, GroupBackward &g, BackwardWork &w);
+void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                           UnitRange units, int64_t seg, GroupBackward &g, BackwardWork &w);
 void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                              int64_t seg, GroupBackward &g, BackwardWork &w);
 
