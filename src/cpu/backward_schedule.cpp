@@ -17,14 +17,18 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
         segments[g] = backward_layout(d, plans(g), max_chunk).segments;
         rounds = std::max(rounds, segments[g]);
     }
-    // Items weigh their tokens (the pool runs the heaviest first); equal for equal segments.
-    if (d.gate_width == 1)
-        pool.run_weighted(std::vector<int64_t>(groups, d.T), [&](int64_t g, int worker) {
-            backward_gram(a, bq(g), kh(g), plans(g), states[g], work[worker]);
-        });
-    pool.run_weighted(std::vector<int64_t>(groups * units, d.T), [&](int64_t i, int worker) {
-        const int64_t g = i / units;
-        backward_checkpoints(a, bq(g), kh(g), plans(g), {i % units, i % units + 1}, states[g], work[worker]);
+    // Items weigh their tokens (the pool runs the heaviest first). First the forward pass per unit
+    // and the last segment's grams per group; then per round the units' steps, and per group the
+    // reduction and the grams of its next segment.
+    std::vector<int64_t> first(groups * units + groups, d.T);
+    pool.run_weighted(first, [&](int64_t i, int worker) {
+        if (i < groups * units) {
+            const int64_t g = i / units;
+            backward_checkpoints(a, bq(g), kh(g), plans(g), {i % units, i % units + 1}, states[g], work[worker]);
+        } else {
+            const int64_t g = i - groups * units;
+            backward_gram(a, bq(g), kh(g), plans(g), segments[g] - 1, states[g], work[worker]);
+        }
     });
     std::vector<int64_t> active;  // groups with a segment in this round
     for (int64_t round = 0; round < rounds; ++round) {
@@ -48,7 +52,9 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
         });
         pool.run_weighted(weights, [&](int64_t i, int worker) {
             const int64_t g = active[i];
-            backward_reduce_segment(a, bq(g), kh(g), plans(g), segments[g] - 1 - round, states[g], work[worker]);
+            const int64_t seg = segments[g] - 1 - round;
+            backward_reduce_segment(a, bq(g), kh(g), plans(g), seg, states[g], work[worker]);
+            backward_gram(a, bq(g), kh(g), plans(g), seg - 1, states[g], work[worker]);
         });
     }
 }

@@ -27,9 +27,10 @@ inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
 // Chunk ends of group g = bq * Hk + kh.
 using GroupPlans = std::function<const std::vector<int64_t> &(int64_t group)>;
 
-// The split schedule of one call: the GDA gram per group, the forward pass per unit, then per
-// round (segment `segments - 1 - round` of each group that has it) the unit steps of every group,
-// then the groups' reductions. states[g] belongs to group g; work[w] to worker w.
+// The split schedule of one call: the forward pass per unit, then per round (segment
+// `segments - 1 - round` of each group that has it) the unit steps of every group, then the
+// groups' reductions (each followed by the grams of its group's next segment). states[g]
+// belongs to group g; work[w] to worker w.
 void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans,
                         std::vector<GroupBackward> &states, std::vector<BackwardWork> &work);
 

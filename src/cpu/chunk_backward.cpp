@@ -70,7 +70,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     chunks_per_segment = layout.chunks_per_segment;
     replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
     share_floats = 2 * C * d.Sk + (gda ? 2 * C * C : 0);
-    gram.resize(gda ? C * d.T : 0);
+    gram.resize(gda ? chunks_per_segment * C * C : 0);
     checkpoints.resize(units * segments * area);
     replay.resize(units * replay_slots * area);
     carries.resize(units * 2 * area);
@@ -282,12 +282,19 @@ float *entry(GroupBackward &g, int64_t u, int64_t seg, int64_t j) {
 
 float *carry(GroupBackward &g, int64_t u, int side) { return g.carries.data() + (2 * u + side) * g.area; }
 
-// Loads the group's rows of chunk ci (Q too when with_q) and points the scratch at its gram.
+// Loads the group's rows of chunk ci. Forward (!with_q): K only, and K K^T into the scratch's own
+// gram; backward: Q and K, and the gram stored for the segment's chunk j by backward_gram.
 void use_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
-                     bool with_q, GroupBackward &g, ChunkScratch &c) {
-    const int64_t t0 = start_of(ends, ci);
-    load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, with_q, c);
-    c.gram_view = c.kda ? nullptr : g.gram.data() + g.C * t0;
+                     bool with_q, int64_t j, GroupBackward &g, ChunkScratch &c) {
+    const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+    load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, with_q, c);
+    if (c.kda) return;
+    if (with_q) {
+        c.gram_view = g.gram.data() + j * g.C * g.C;
+    } else {
+        group_gram(L, false, c, c.gram.data());
+        c.gram_view = c.gram.data();
+    }
 }
 
 // One chunk forward of one unit (the group's chunk loaded): s_next = the state after chunk ci from s.
@@ -301,14 +308,16 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
 
 }  // namespace
 
-void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
-                   BackwardWork &w) {
+void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,
+                   GroupBackward &g, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
-    if (c.kda) return;
-    for (size_t ci = 0; ci < ends.size(); ++ci) {
+    if (c.kda || seg < 0) return;
+    const int64_t per_seg = backward_layout(a.dims, ends, g.C).chunks_per_segment;
+    const int64_t c0 = seg * per_seg, c1 = std::min<int64_t>(static_cast<int64_t>(ends.size()), c0 + per_seg);
+    for (int64_t ci = c0; ci < c1; ++ci) {
         const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
         load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, true, c);
-        group_gram(L, true, c, g.gram.data() + g.C * t0);
+        group_gram(L, true, c, g.gram.data() + (ci - c0) * g.C * g.C);
     }
 }
 
@@ -331,7 +340,7 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
         return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
     };
     for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
-        use_group_chunk(a, bq, kh, ends, ci, false, g, w.chunk);
+        use_group_chunk(a, bq, kh, ends, ci, false, 0, g, w.chunk);
         for (int64_t u = units.begin; u < units.end; ++u)
             forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), running(ci, u), running(ci + 1, u), w.chunk);
     }
@@ -346,14 +355,14 @@ void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const 
     const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
     ChunkScratch &c = w.chunk;
     for (int64_t ci = c0; ci + 1 < c1; ++ci) {
-        use_group_chunk(a, bq, kh, ends, ci, false, g, c);
+        use_group_chunk(a, bq, kh, ends, ci, false, 0, g, c);
         for (int64_t u = units.begin; u < units.end; ++u)
             forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), entry(g, u, seg, ci - c0), entry(g, u, seg, ci - c0 + 1), c);
     }
     for (int64_t ci = c1 - 1; ci >= c0; --ci) {
         const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
         const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-        use_group_chunk(a, bq, kh, ends, ci, true, g, c);
+        use_group_chunk(a, bq, kh, ends, ci, true, ci - c0, g, c);
         prefetch_rows(a.q, kh, prev_start, t0, bq, Sk);
         prefetch_rows(a.k, kh, prev_start, t0, bq, Sk);
         for (int64_t u = units.begin; u < units.end; ++u) {
@@ -426,12 +435,14 @@ void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, cons
 
 void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
                     BackwardWork &w) {
-    backward_gram(a, bq, kh, ends, g, w);
     const UnitRange units{0, units_of(a.dims)};
+    const int64_t segments = backward_layout(a.dims, ends, g.C).segments;
     backward_checkpoints(a, bq, kh, ends, units, g, w);
-    for (int64_t seg = backward_layout(a.dims, ends, g.C).segments - 1; seg >= 0; --seg) {
+    backward_gram(a, bq, kh, ends, segments - 1, g, w);
+    for (int64_t seg = segments - 1; seg >= 0; --seg) {
         backward_unit_segment(a, bq, kh, ends, units, seg, g, w);
         backward_reduce_segment(a, bq, kh, ends, seg, g, w);
+        backward_gram(a, bq, kh, ends, seg - 1, g, w);
     }
 }
 

@@ -43,18 +43,21 @@ struct BackwardLayout {
 };
 
 // The backward of a group is a fixed sequence of steps, each either per group or per unit:
-//   backward_gram            (group)  GDA: every chunk's Q K^T and K K^T, once for all units
 //   backward_checkpoints     (unit)   the forward pass: the unit's state at every segment start
+//   backward_gram            (group)  GDA: Q K^T and K K^T of the last segment's chunks
 //   then per segment, last to first:
 //     backward_unit_segment  (unit)   replay the segment, walk its chunks backwards: the unit's
 //                                     dv, dg, dbeta (and ds0 after segment 0) and its share of
 //                                     the group's dq, dk (and GP, GM) per chunk
 //     backward_reduce_segment(group)  sum the shares in unit order, the two group products
 //                                     (GDA), write dq, dk rows
+//     backward_gram          (group)  the grams of the segment before (read by every unit)
 // A unit step reads only its own unit's state and the group's inputs, so the units of a group
 // may run on different workers (the split schedule: rounds over all groups' units); or one
 // worker runs every step of a group in order (backward_group). Both sum in the same order, so
-// the bits do not depend on the schedule or the thread count.
+// the bits do not depend on the schedule or the thread count. (The forward pass and the replay
+// compute K K^T per chunk where they run: once per group in the group schedule, once per unit
+// in the split one; the same product either way.)
 
 // Per-worker scratch of the steps.
 struct BackwardWork {
@@ -75,7 +78,7 @@ struct BackwardWork {
 // What a group's backward keeps between its steps. Sized for the widest call and layout.
 struct GroupBackward {
     int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0, share_floats = 0;
-    std::vector<float> gram;         // GDA: the chunk starting at t0 has its gram (L x L, ChunkScratch) at C t0
+    std::vector<float> gram;         // GDA: chunks_per_segment x C x C, the current segment's grams (ChunkScratch)
     std::vector<float> checkpoints;  // units x segments x area
     std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
     std::vector<float> carries;      // units x 2 x area: dL/dS at the current chunk end, and the next
@@ -87,8 +90,8 @@ struct GroupBackward {
 
 BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, int64_t max_chunk);
 
-void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
-                   BackwardWork &w);
+void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,
+                   GroupBackward &g, BackwardWork &w);  // nothing for seg < 0
 // The unit steps take a range of the group's units, chunk by chunk and unit by unit inside a
 // chunk (one load of the chunk's rows for all of them); each unit's arithmetic is the same
 // whatever the range.
