@@ -2,18 +2,19 @@
 // 2 cores; the question is 16 to 128).
 //
 // Runs the chunked backward of the 27B shape (Hk 16, Hv 48, Sk = Sv = 128, B 1, the harness's
-// perf case; T = 4096 by default) step by step on one thread, --passes times, and keeps every
-// step's fastest time (chunk_drivers.h: the forward pass per unit, per segment each unit's step
-// and the group's reduction with the next segment's grams). Then, for 1 .. 128 threads, replays
-// the pool's schedule over those times (items in decreasing weight, each to the first free
-// worker, as ThreadPool::run_weighted):
-//   group:  the group schedule, Hk B = 16 items, each every step of its group (the old decomposition)
+// perf case; T = 4096 by default) on one thread, --passes times, and keeps every item's fastest
+// time: each group's whole backward in the group schedule (backward_group), and the split
+// schedule's steps (chunk_drivers.h: the forward pass per unit, per segment each unit's step and
+// the group's reduction with the next segment's grams). Then, for 1 .. 128 threads, replays the
+// pool's schedule over those times (items in decreasing weight, each to the first free worker,
+// as ThreadPool::run_weighted):
+//   group:  the group schedule, Hk B = 16 items, each a group's backward_group
 //   split:  rounds over Hv B = 48 units (forward pass, then per segment units then groups),
 //           a barrier after each round
 //   chosen: what the backend runs at that thread count (split_backward_units)
-// and prints the makespan, the speedup over one thread, and the load balance: makespan over the
-// mean work per thread (for the group schedule max over mean busy time; for rounds it also
-// counts the waits at the barriers). Then runs both schedules for real on --threads workers,
+// and prints the makespan, the speedup over the group schedule on one thread, and the load
+// balance: makespan over the mean work per thread (for the group schedule max over mean busy
+// time; for rounds it also counts the waits at the barriers). Then runs both schedules for real on --threads workers,
 // alternately, and prints their median wall times and workspace.
 //
 //   backward_scaling [--tokens=4096] [--passes=3] [--threads=2] [--repeat=5]
@@ -52,9 +53,10 @@ double makespan(const std::vector<double> &items, int threads, std::vector<doubl
 }
 
 struct Measured {
+    std::vector<double> group;                           // per group: backward_group (the group schedule)
     std::vector<double> gram, checkpoints;               // per group (the last segment's); per (group, unit)
     std::vector<std::vector<double>> units, reduce;      // per round: per (group, unit); per group (+ next grams)
-    double total() const {
+    double total() const {  // of the split schedule's steps
         double t = 0;
         for (double x : gram) t += x;
         for (double x : checkpoints) t += x;
@@ -73,9 +75,10 @@ struct Setup {
     cpu::BackwardLayout layout;
 };
 
-// Every step once, in the group schedule's order per group; all groups have the same layout here
-// (GDA, one snapshot), so round r is segment segments - 1 - r of every group.
-Measured measure(const Setup &s, cpu::GroupBackward &g, cpu::BackwardWork &w) {
+// Every group's backward_group once (on g_group), then every split step once, in order per group
+// (on g_split); all groups have the same layout here (GDA, one snapshot), so round r is segment
+// segments - 1 - r of every group.
+Measured measure(const Setup &s, cpu::GroupBackward &g_group, cpu::GroupBackward &g, cpu::BackwardWork &w) {
     const BackwardArgs &a = s.a;
     const Dims &d = a.dims;
     Measured m;
@@ -84,7 +87,9 @@ Measured measure(const Setup &s, cpu::GroupBackward &g, cpu::BackwardWork &w) {
     for (int64_t gi = 0; gi < s.groups; ++gi) {
         const int64_t bq = gi / d.Hk, kh = gi % d.Hk;
         const std::vector<int64_t> &ends = s.plans[gi];
-        Clock::time_point t;
+        Clock::time_point t = Clock::now();
+        cpu::backward_group(a, bq, kh, ends, g_group, w);
+        m.group.push_back(seconds_since(t));
         for (int64_t u = 0; u < s.units; ++u) {
             t = Clock::now();
             cpu::backward_checkpoints(a, bq, kh, ends, {u, u + 1}, g, w);
@@ -113,18 +118,16 @@ struct Modelled {
     double makespan, balance;
 };
 
-Modelled group_schedule(const Measured &m, const Setup &s, int threads) {
-    std::vector<double> items(s.groups, 0.0), busy;
-    for (int64_t gi = 0; gi < s.groups; ++gi) {
-        items[gi] += m.gram[gi];
-        for (int64_t u = 0; u < s.units; ++u) items[gi] += m.checkpoints[gi * s.units + u];
-        for (size_t r = 0; r < m.units.size(); ++r) {
-            for (int64_t u = 0; u < s.units; ++u) items[gi] += m.units[r][gi * s.units + u];
-            items[gi] += m.reduce[r][gi];
-        }
-    }
-    const double span = makespan(items, threads, busy);
-    return {span, span / (m.total() / threads)};
+double sum(const std::vector<double> &v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return t;
+}
+
+Modelled group_schedule(const Measured &m, int threads) {
+    std::vector<double> busy;
+    const double span = makespan(m.group, threads, busy);
+    return {span, span / (sum(m.group) / threads)};
 }
 
 Modelled split_schedule(const Measured &m, int threads) {
@@ -180,16 +183,19 @@ int main(int argc, char **argv) {
     std::vector<cpu::BackwardWork> work(std::max(1, real_threads));
     for (auto &w : work) w.resize(d, s.max_chunk);
     std::vector<cpu::GroupBackward> states(s.groups);
-    for (auto &g : states) g.resize(d, s.max_chunk, s.layout);
+    for (auto &g : states) g.resize(d, s.max_chunk, s.layout, true);
+    cpu::GroupBackward one_group;
+    one_group.resize(d, s.max_chunk, s.layout, false);
 
     // Step times: each step's fastest of --passes passes (a step that another process delayed
     // would otherwise stand for a slow worker; the first pass also warms caches and pages).
-    Measured m = measure(s, states[0], work[0]);
+    Measured m = measure(s, one_group, states[0], work[0]);
     for (int pass = 1; pass < passes; ++pass) {
-        const Measured again = measure(s, states[0], work[0]);
+        const Measured again = measure(s, one_group, states[0], work[0]);
         auto keep_min = [](std::vector<double> &best, const std::vector<double> &t) {
             for (size_t i = 0; i < best.size(); ++i) best[i] = std::min(best[i], t[i]);
         };
+        keep_min(m.group, again.group);
         keep_min(m.gram, again.gram);
         keep_min(m.checkpoints, again.checkpoints);
         for (size_t r = 0; r < m.units.size(); ++r) {
@@ -204,27 +210,29 @@ int main(int argc, char **argv) {
         for (double x : m.units[r]) units_total += x;
         for (double x : m.reduce[r]) reduce_total += x;
     }
-    std::printf("one thread: %.1f ms = forward pass %.1f + last segment's grams %.1f + unit steps %.1f + reductions "
+    std::printf("one thread, group schedule: %.1f ms (backward_group of every group)\n", 1e3 * sum(m.group));
+    std::printf("one thread, split steps: %.1f ms = forward pass %.1f + last segment's grams %.1f + unit steps %.1f + reductions "
                 "(and the next grams) %.1f\n",
                 1e3 * m.total(), 1e3 * cp_total, 1e3 * gram_total, 1e3 * units_total, 1e3 * reduce_total);
     std::printf("per unit and segment %.3f ms, per group reduction %.3f ms (means)\n\n",
                 1e3 * units_total / (s.layout.segments * s.groups * s.units), 1e3 * reduce_total / (s.layout.segments * s.groups));
 
+    const double one = sum(m.group);  // speedups are over the group schedule on one thread
     std::printf("| threads | group: ms | speedup | balance | split: ms | speedup | balance | backend runs | speedup |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
     for (int threads : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128}) {
-        const Modelled g = group_schedule(m, s, threads), sp = split_schedule(m, threads);
+        const Modelled g = group_schedule(m, threads), sp = split_schedule(m, threads);
         const bool split = cpu::split_backward_units(s.groups, s.units, threads);
         const double chosen = split ? sp.makespan : g.makespan;
         std::printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %s | %.2f |\n", threads, 1e3 * g.makespan,
-                    m.total() / g.makespan, g.balance, 1e3 * sp.makespan, m.total() / sp.makespan, sp.balance,
-                    split ? "split" : "group", m.total() / chosen);
+                    one / g.makespan, g.balance, 1e3 * sp.makespan, one / sp.makespan, sp.balance,
+                    split ? "split" : "group", one / chosen);
     }
 
     // Both schedules for real, alternately.
     cpu::ThreadPool pool(real_threads);
     std::vector<cpu::GroupBackward> per_worker(real_threads);
-    for (auto &g : per_worker) g.resize(d, s.max_chunk, s.layout);
+    for (auto &g : per_worker) g.resize(d, s.max_chunk, s.layout, false);
     const cpu::GroupPlans plans = [&](int64_t gi) -> const std::vector<int64_t> & { return s.plans[gi]; };
     std::vector<double> group_ms, split_ms;
     for (int r = 0; r < repeat; ++r) {
@@ -239,14 +247,14 @@ int main(int argc, char **argv) {
     }
     std::sort(group_ms.begin(), group_ms.end());
     std::sort(split_ms.begin(), split_ms.end());
-    uint64_t work_bytes = 0, group_bytes = states.front().bytes();
+    uint64_t work_bytes = 0, group_bytes = one_group.bytes(), split_bytes = states.front().bytes();
     for (const auto &w : work) work_bytes += w.bytes();
     std::printf("\n%d threads, %d runs each, alternately: group schedule median %.1f ms (min %.1f), split %.1f ms (min %.1f)\n",
                 real_threads, repeat, group_ms[group_ms.size() / 2], group_ms.front(), split_ms[split_ms.size() / 2],
                 split_ms.front());
-    std::printf("workspace: per group %.1f MiB; group schedule %.1f MiB (one per worker), split %.1f MiB (one per group), "
-                "plus %.1f MiB of per-worker scratch\n",
-                group_bytes / 1048576.0, real_threads * group_bytes / 1048576.0, s.groups * group_bytes / 1048576.0,
-                work_bytes / 1048576.0);
+    std::printf("workspace: group schedule %.1f MiB per worker (%.1f), split %.1f MiB per group (%.1f), plus %.1f MiB "
+                "of per-worker scratch\n",
+                group_bytes / 1048576.0, real_threads * group_bytes / 1048576.0, split_bytes / 1048576.0,
+                s.groups * split_bytes / 1048576.0, work_bytes / 1048576.0);
     return 0;
 }

@@ -1,4 +1,5 @@
-// The chunked backward of one group (ALGORITHM.md section 3), chunks in reverse.
+// One unit's chunk of the chunked backward (ALGORITHM.md section 3), and its share of the group's
+// dq, dk (chunk_backward.h).
 //
 // Per unit and chunk, with dSL = dL/dS_L carried from the later chunk and dOc = scale * dO:
 //   dDm = P^T dOc + Kl dSL,           Y = A^T dDm
@@ -15,30 +16,15 @@
 #include <initializer_list>
 
 #include "core/tensor.h"
-#include "cpu/chunk_drivers.h"
+#include "cpu/chunk_backward.h"
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
 
 namespace gdn::cpu {
 
-BackwardLayout BackwardLayout::of(int64_t chunks, int64_t T, int64_t max_chunk) {
-    const int64_t max_checkpoints = (T + max_chunk - 1) / max_chunk + 1;
-    BackwardLayout l;
-    l.chunks_per_segment = std::max<int64_t>(1, (chunks + max_checkpoints - 1) / max_checkpoints);
-    l.segments = (chunks + l.chunks_per_segment - 1) / l.chunks_per_segment;
-    return l;
-}
-
-BackwardLayout BackwardLayout::widest(const BackwardLayout &a, const BackwardLayout &b) {
-    return {std::max(a.chunks_per_segment, b.chunks_per_segment), std::max(a.segments, b.segments)};
-}
-
-BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, int64_t max_chunk) {
-    return BackwardLayout::of(static_cast<int64_t>(ends.size()), d.T, max_chunk);
-}
-
 void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     const int64_t C = max_chunk, Sk = d.Sk, Sv = d.Sv, gw = d.gate_width;
+    const bool kda = gw != 1;
     chunk.resize(d, max_chunk);
     d_state.resize(Sk * Sv);
     doy.resize(2 * C * Sv);
@@ -46,9 +32,14 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     ddm.resize(C * Sv);
     dqkg.resize(2 * C * Sk);
     dkl.resize(C * Sk);
-    dkinv.resize(gw != 1 ? C * Sk : 0);
+    dkinv.resize(kda ? C * Sk : 0);
     dpm.resize(2 * C * C);
-    gm_pair.resize(gw == 1 ? 2 * C * C : 0);
+    dp_diag.resize(kda ? C : 0);
+    dq.resize(C * Sk);
+    dk.resize(C * Sk);
+    gp.resize(kda ? 0 : C * C);
+    gm.resize(kda ? 0 : C * C);
+    gm_pair.resize(kda ? 0 : 2 * C * C);
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
     acc.resize(std::max<int64_t>(C, 2) * gw);
     wterm.resize(gw);
@@ -56,31 +47,9 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm, &gm_pair}) n += v->size() * sizeof(float);
+    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm, &dp_diag, &dq, &dk, &gp, &gm, &gm_pair})
+        n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
-    return n;
-}
-
-void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout) {
-    const bool gda = d.gate_width == 1;
-    units = units_of(d);
-    area = d.Sk * d.Sv;
-    C = max_chunk;
-    segments = layout.segments;
-    chunks_per_segment = layout.chunks_per_segment;
-    replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
-    share_floats = 2 * C * d.Sk + (gda ? 2 * C * C : 0);
-    gram.resize(gda ? chunks_per_segment * C * C : 0);
-    checkpoints.resize(units * segments * area);
-    replay.resize(units * replay_slots * area);
-    carries.resize(units * 2 * area);
-    carry_side.resize(units);
-    shares.resize(units * chunks_per_segment * share_floats);
-}
-
-uint64_t GroupBackward::bytes() const {
-    uint64_t n = carry_side.size();
-    for (const auto *v : {&gram, &checkpoints, &replay, &carries, &shares}) n += v->size() * sizeof(float);
     return n;
 }
 
@@ -88,18 +57,6 @@ namespace {
 
 float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
-}
-
-// A unit's share of its group's chunk: dq, dk rows (L x Sk); GDA: dP o Gam, dM o Gam (L x L),
-// which the group multiplies by Q and K once for all its units.
-struct UnitShare {
-    float *dq, *dk, *gp, *gm;
-};
-
-UnitShare share_of(GroupBackward &g, int64_t u, int64_t j, int64_t Sk) {
-    float *base = g.shares.data() + (u * g.chunks_per_segment + j) * g.share_floats;
-    const int64_t rows = g.C * Sk;
-    return {base, base + rows, base + 2 * rows, base + 2 * rows + g.C * g.C};
 }
 
 // dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
@@ -120,14 +77,10 @@ void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardW
 }
 
 // GDA: the pair terms of the gate gradient (X_rs = dP_rs P_rs + dM_rs M_rs, s < r: dg_t gets
-// the sum over s < t <= r), and this unit's share of the group's dq, dk: the row-scaled single
-// terms here, the P and M terms summed into gp, gm for one product per chunk.
-void gda_pairs_and_dqk(int64_t L, int64_t Sk, const float *dP, const float *dM, const float *dQg, const float *dKg,
-                       const UnitShare &out, BackwardWork &w) {
-    ChunkScratch &c = w.chunk;
-    const float *P = c.p.data(), *M = c.m.data();
+// the sum over s < t <= r).
+void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
+    const float *P = w.chunk.p.data(), *M = w.chunk.m.data();
     std::vector<double> &acc = w.acc, &pair = w.pair;
-    // Pairs X_rs = dP_rs P_rs + dM_rs M_rs (s < r); dg_t gets sum over s < t <= r.
     for (int64_t t = L - 1; t >= 1; --t) {
         double total = 0.0;
         for (int64_t s = 0; s < t; ++s) {
@@ -136,57 +89,34 @@ void gda_pairs_and_dqk(int64_t L, int64_t Sk, const float *dP, const float *dM, 
         }
         pair[t] = total;
     }
-    // The group's dq, dk: row-scaled single terms here; P and M terms through gp, gm.
-    for (int64_t r = 0; r < L; ++r) {
-        axpy(c.e[r], dQg + r * Sk, out.dq + r * Sk, Sk);
-        axpy(c.e[r], dKg + r * Sk, out.dk + r * Sk, Sk);
-        axpy(c.f[r], w.dkl.data() + r * Sk, out.dk + r * Sk, Sk);
-        for (int64_t s = 0; s <= r; ++s) {
-            const float gam = s == r ? 1.0f : c.gam_mat[r * L + s];
-            out.gp[r * L + s] += dP[r * L + s] * gam;
-            if (s < r) out.gm[r * L + s] += dM[r * L + s] * gam;
-        }
-    }
 }
 
 // KDA: the per-channel pair terms of the gate gradient (X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri)
-// Kinv_si, s < r), and this unit's dq, dk through the factored exp(gam_r - gam_s).
-void kda_pairs_and_dqk(int64_t L, int64_t Sk, float *dP, const float *dM, const float *dQg, const float *dKg,
-                       const UnitShare &out, BackwardWork &w) {
+// Kinv_si, s < r); then dP's diagonal (no gate) set aside and the factored exp(gam_r - gam_s)
+// products: dKinv = [dP; dM]^T [Qg; Kg], [dQg; dKg] += [dP; dM] Kinv (strict parts).
+void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, const float *dM, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
-    const float *Qg = c.qg(), *Kg = c.kg(L);
+    const float *Qg = c.qg(), *Kg = c.kg(L), *Kinv = c.kinv.data();
     float *pack = c.pack.data();
     const int64_t gw = Sk;
-    std::vector<double> &acc = w.acc, &pair = w.pair;
-    // Pairs per channel: X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri) Kinv_si for s < r.
-    const float *Kinv = c.kinv.data();
-    if (L > 1) {
+    if (L > 1)
         for (int64_t t = L - 1; t >= 1; --t)
-            kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, acc.data(),
-                         pair.data() + t * gw);
-    }
-    // Diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then strict parts.
+            kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, w.acc.data(),
+                         w.pair.data() + t * gw);
     for (int64_t r = 0; r < L; ++r) {
-        const float dpr = dP[r * L + r];
-        axpy(dpr, c.k(L) + r * Sk, out.dq + r * Sk, Sk);
-        axpy(dpr, c.q() + r * Sk, out.dk + r * Sk, Sk);
+        w.dp_diag[r] = dP[r * L + r];
         dP[r * L + r] = 0.0f;
     }
     if (L > 1) {
-        // dKinv = [dP; dM]^T [Qg; Kg];  [dQg; dKg] += [dP; dM] Kinv.
         gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
         gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
     }
-    add_product(c.e.data(), dQg, out.dq, L * Sk);
-    add_product(c.e.data(), dKg, out.dk, L * Sk);
-    add_product(c.f.data(), w.dkl.data(), out.dk, L * Sk);
-    if (L > 1) add_product(c.einv.data(), w.dkinv.data(), out.dk, L * Sk);
 }
 
-// The backward of one unit over one chunk: dsl = dL/dS_L in, ds0 = dL/dS0 out; the unit's dq,
-// dk (and GP, GM) added to `out`. The group's Q, K rows (and gram) are loaded.
-void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                         const float *dsl, float *ds0, const UnitShare &out, BackwardWork &w) {
+}  // namespace
+
+UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
+                               const float *dsl, float *ds0, BackwardWork &w) {
     const Dims &d = a.dims;
     ChunkScratch &c = w.chunk;
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
@@ -260,190 +190,143 @@ void backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int6
         wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
 
-    if (kda) kda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, out, w);
-    else gda_pairs_and_dqk(L, Sk, dP, dM, dQg, dKg, out, w);
+    if (kda) kda_pairs_and_products(L, Sk, dP, dM, w);
+    else gda_pairs(L, dP, dM, w);
     assemble_gate_gradient(L, gw, wterm, w);
     if (a.dg)
         for (int64_t r = 0; r < L; ++r) {
             float *dg = row_ptr(*a.dg, unit.h, t0 + r, unit.b);
             for (int64_t ch = 0; ch < gw; ++ch) dg[ch] = static_cast<float>(w.dgam[r * gw + ch]);
         }
-}
 
-
-int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); }
-
-float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
-
-// Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
-float *entry(GroupBackward &g, int64_t u, int64_t seg, int64_t j) {
-    return j == 0 ? checkpoint(g, u, seg) : g.replay.data() + (u * g.replay_slots + j) * g.area;
-}
-
-float *carry(GroupBackward &g, int64_t u, int side) { return g.carries.data() + (2 * u + side) * g.area; }
-
-// Loads the group's rows of chunk ci. Forward (!with_q): K only, and K K^T into the scratch's own
-// gram; backward: Q and K, and the gram stored for the segment's chunk j by backward_gram.
-void use_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
-                     bool with_q, int64_t j, GroupBackward &g, ChunkScratch &c) {
-    const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
-    load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, with_q, c);
-    if (c.kda) return;
-    if (with_q) {
-        c.gram_view = g.gram.data() + j * g.C * g.C;
+    UnitPieces p;
+    p.e = c.e.data();
+    p.f = c.f.data();
+    p.dqg = dQg;
+    p.dkg = dKg;
+    p.dkl = w.dkl.data();
+    if (kda) {
+        p.dp_diag = w.dp_diag.data();
+        p.einv = c.einv.data();
+        p.dkinv = w.dkinv.data();
     } else {
-        group_gram(L, false, c, c.gram.data());
-        c.gram_view = c.gram.data();
+        p.dp = dP;
+        p.dm = dM;
+        p.gam_mat = c.gam_mat.data();
+    }
+    return p;
+}
+
+void start_group_chunk(int64_t L, BackwardWork &w) {
+    const int64_t Sk = w.chunk.Sk;
+    std::fill_n(w.dq.begin(), L * Sk, 0.0f);
+    std::fill_n(w.dk.begin(), L * Sk, 0.0f);
+    if (!w.chunk.kda) {
+        std::fill_n(w.gp.begin(), L * L, 0.0f);
+        std::fill_n(w.gm.begin(), L * L, 0.0f);
     }
 }
 
-// One chunk forward of one unit (the group's chunk loaded): s_next = the state after chunk ci from s.
-void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, ChunkUnit unit, const float *s,
-                   float *s_next, ChunkScratch &c) {
-    const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
-    prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, c);
-    solve_deltas(s, L, c);
-    advance_state(s, s_next, L, c);
+// Not inlined: both schedules run this one body, so no call site can compile the sums
+// differently (contracting a product and a sum into an FMA at one site but not the other).
+[[gnu::noinline]] void add_unit_share(int64_t L, const UnitPieces &p, BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const int64_t Sk = c.Sk;
+    float *dq = w.dq.data(), *dk = w.dk.data();
+    if (c.kda) {
+        // The diagonal of P (no gate): dq_r += dP_rr k_r, dk_r += dP_rr q_r; then the gated parts.
+        for (int64_t r = 0; r < L; ++r) {
+            axpy(p.dp_diag[r], c.k(L) + r * Sk, dq + r * Sk, Sk);
+            axpy(p.dp_diag[r], c.q() + r * Sk, dk + r * Sk, Sk);
+        }
+        add_product(p.e, p.dqg, dq, L * Sk);
+        add_product(p.e, p.dkg, dk, L * Sk);
+        add_product(p.f, p.dkl, dk, L * Sk);
+        if (L > 1) add_product(p.einv, p.dkinv, dk, L * Sk);
+        return;
+    }
+    // GDA: the row-scaled single terms here; the P and M terms summed into gp, gm for one product
+    // per chunk (finish_group_chunk).
+    float *gp = w.gp.data(), *gm = w.gm.data();
+    for (int64_t r = 0; r < L; ++r) {
+        axpy(p.e[r], p.dqg + r * Sk, dq + r * Sk, Sk);
+        axpy(p.e[r], p.dkg + r * Sk, dk + r * Sk, Sk);
+        axpy(p.f[r], p.dkl + r * Sk, dk + r * Sk, Sk);
+        for (int64_t s = 0; s <= r; ++s) {
+            const float gam = s == r ? 1.0f : p.gam_mat[r * L + s];
+            gp[r * L + s] += p.dp[r * L + s] * gam;
+            if (s < r) gm[r * L + s] += p.dm[r * L + s] * gam;
+        }
+    }
+}
+
+void finish_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, int64_t t0, int64_t L, BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const int64_t Sk = c.Sk;
+    if (!c.kda) {
+        // dQ += GP K;  dK += [GP^T, GM + GM^T] [Q; K] (one product over 2L).
+        float *pack = c.pack.data(), *lhs = w.gm_pair.data();
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t s = 0; s < L; ++s) {
+                lhs[r * 2 * L + s] = w.gp[s * L + r];
+                lhs[r * 2 * L + L + s] = w.gm[r * L + s] + w.gm[s * L + r];
+            }
+        gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
+        gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
+    }
+    for (int64_t r = 0; r < L; ++r) {
+        if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), w.dq.data() + r * Sk, sizeof(float) * Sk);
+        if (a.dk) std::memcpy(row_ptr(*a.dk, kh, t0 + r, bq), w.dk.data() + r * Sk, sizeof(float) * Sk);
+    }
+}
+
+namespace {
+
+// A slot's regions, in order: the member, its floats for C tokens and for L.
+struct PieceRegion {
+    const float *UnitPieces::*member;
+    int64_t capacity, length;
+};
+
+template <class F>
+void for_each_region(int64_t L, bool kda, int64_t Sk, int64_t C, F &&f) {
+    using P = UnitPieces;
+    const int64_t rows = L * Sk, rows_cap = C * Sk;
+    if (kda) {
+        for (const PieceRegion &r : {PieceRegion{&P::dp_diag, C, L}, {&P::e, rows_cap, rows}, {&P::f, rows_cap, rows},
+                                     {&P::einv, rows_cap, rows}, {&P::dqg, rows_cap, rows}, {&P::dkg, rows_cap, rows},
+                                     {&P::dkl, rows_cap, rows}, {&P::dkinv, rows_cap, rows}})
+            f(r);
+    } else {
+        for (const PieceRegion &r : {PieceRegion{&P::e, C, L}, {&P::f, C, L}, {&P::dqg, rows_cap, rows},
+                                     {&P::dkg, rows_cap, rows}, {&P::dkl, rows_cap, rows}, {&P::dp, C * C, L * L},
+                                     {&P::dm, C * C, L * L}, {&P::gam_mat, C * C, L * L}})
+            f(r);
+    }
 }
 
 }  // namespace
 
-void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,
-                   GroupBackward &g, BackwardWork &w) {
-    ChunkScratch &c = w.chunk;
-    if (c.kda || seg < 0) return;
-    const int64_t per_seg = backward_layout(a.dims, ends, g.C).chunks_per_segment;
-    const int64_t c0 = seg * per_seg, c1 = std::min<int64_t>(static_cast<int64_t>(ends.size()), c0 + per_seg);
-    for (int64_t ci = c0; ci < c1; ++ci) {
-        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
-        load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, true, c);
-        group_gram(L, true, c, g.gram.data() + (ci - c0) * g.C * g.C);
-    }
+int64_t pieces_slot_floats(const Dims &d, int64_t max_chunk) {
+    int64_t n = 0;
+    for_each_region(max_chunk, d.gate_width != 1, d.Sk, max_chunk, [&](const PieceRegion &r) { n += r.capacity; });
+    return n;
 }
 
-void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
-                          UnitRange units, GroupBackward &g, BackwardWork &w) {
-    const Dims &d = a.dims;
-    const int64_t chunks = static_cast<int64_t>(ends.size());
-    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
-    for (int64_t u = units.begin; u < units.end; ++u) {
-        const ChunkUnit unit = group_unit(d, bq, kh, u);
-        float *first = checkpoint(g, u, 0);
-        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
-        else std::fill(first, first + g.area, 0.0f);
-        std::fill(carry(g, u, 0), carry(g, u, 0) + g.area, 0.0f);
-        g.carry_side[u] = 0;
-    }
-    // Within a segment the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
-    auto running = [&](int64_t ci, int64_t u) {
-        const int64_t j = ci % per_seg;
-        return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
-    };
-    for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
-        use_group_chunk(a, bq, kh, ends, ci, false, 0, g, w.chunk);
-        for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), running(ci, u), running(ci + 1, u), w.chunk);
-    }
+void store_pieces(int64_t L, const UnitPieces &p, bool kda, int64_t Sk, int64_t C, float *slot) {
+    for_each_region(L, kda, Sk, C, [&](const PieceRegion &r) {
+        std::memcpy(slot, p.*r.member, sizeof(float) * r.length);
+        slot += r.capacity;
+    });
 }
 
-void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
-                           UnitRange units, int64_t seg, GroupBackward &g, BackwardWork &w) {
-    const Dims &d = a.dims;
-    const int64_t Sk = d.Sk, Sv = d.Sv, area = g.area;
-    const int64_t chunks = static_cast<int64_t>(ends.size());
-    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
-    const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
-    ChunkScratch &c = w.chunk;
-    for (int64_t ci = c0; ci + 1 < c1; ++ci) {
-        use_group_chunk(a, bq, kh, ends, ci, false, 0, g, c);
-        for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), entry(g, u, seg, ci - c0), entry(g, u, seg, ci - c0 + 1), c);
-    }
-    for (int64_t ci = c1 - 1; ci >= c0; --ci) {
-        const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
-        const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-        use_group_chunk(a, bq, kh, ends, ci, true, ci - c0, g, c);
-        prefetch_rows(a.q, kh, prev_start, t0, bq, Sk);
-        prefetch_rows(a.k, kh, prev_start, t0, bq, Sk);
-        for (int64_t u = units.begin; u < units.end; ++u) {
-            const ChunkUnit unit = group_unit(d, bq, kh, u);
-            prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, Sv);
-            prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, Sv);
-            const UnitShare share = share_of(g, u, ci - c0, Sk);
-            std::fill_n(share.dq, L * Sk, 0.0f);
-            std::fill_n(share.dk, L * Sk, 0.0f);
-            if (!c.kda) {
-                std::fill_n(share.gp, L * L, 0.0f);
-                std::fill_n(share.gm, L * L, 0.0f);
-            }
-            float *dsl = carry(g, u, g.carry_side[u]), *ds0 = carry(g, u, 1 - g.carry_side[u]);
-            const int64_t slot = d.T - t1;
-            if (a.d_states && slot < d.written_slots()) {
-                load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
-                axpy(1.0f, w.d_state.data(), dsl, area);
-            }
-            backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, ci - c0), dsl, ds0, share, w);
-            g.carry_side[u] = static_cast<uint8_t>(1 - g.carry_side[u]);
-        }
-    }
-    if (seg == 0 && a.ds0)
-        for (int64_t u = units.begin; u < units.end; ++u) {
-            const ChunkUnit unit = group_unit(d, bq, kh, u);
-            store_state(*a.ds0, d, unit.h, unit.b, carry(g, u, g.carry_side[u]));
-        }
-}
-
-void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
-                             int64_t seg, GroupBackward &g, BackwardWork &w) {
-    const Dims &d = a.dims;
-    const int64_t Sk = d.Sk;
-    const int64_t chunks = static_cast<int64_t>(ends.size());
-    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
-    const int64_t c0 = seg * per_seg, c1 = std::min(chunks, c0 + per_seg);
-    ChunkScratch &c = w.chunk;
-    for (int64_t ci = c0; ci < c1; ++ci) {
-        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
-        // The units' shares in unit order, into unit 0's.
-        const UnitShare sum = share_of(g, 0, ci - c0, Sk);
-        for (int64_t u = 1; u < units_of(d); ++u) {
-            const UnitShare part = share_of(g, u, ci - c0, Sk);
-            axpy(1.0f, part.dq, sum.dq, L * Sk);
-            axpy(1.0f, part.dk, sum.dk, L * Sk);
-            if (!c.kda) {
-                axpy(1.0f, part.gp, sum.gp, L * L);
-                axpy(1.0f, part.gm, sum.gm, L * L);
-            }
-        }
-        if (!c.kda) {
-            // dQ += GP K;  dK += [GP^T, GM + GM^T] [Q; K] (one product over 2L).
-            load_group_rows(*a.q, *a.k, d, bq, kh, t0, L, true, c);
-            float *pack = c.pack.data(), *lhs = w.gm_pair.data();
-            for (int64_t r = 0; r < L; ++r)
-                for (int64_t s = 0; s < L; ++s) {
-                    lhs[r * 2 * L + s] = sum.gp[s * L + r];
-                    lhs[r * 2 * L + L + s] = sum.gm[r * L + s] + sum.gm[s * L + r];
-                }
-            gemm(L, Sk, L, 1.0f, rows(sum.gp, L), rows(c.k(L), Sk), true, sum.dq, Sk, pack);
-            gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, sum.dk, Sk, pack);
-        }
-        for (int64_t r = 0; r < L; ++r) {
-            if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), sum.dq + r * Sk, sizeof(float) * Sk);
-            if (a.dk) std::memcpy(row_ptr(*a.dk, kh, t0 + r, bq), sum.dk + r * Sk, sizeof(float) * Sk);
-        }
-    }
-}
-
-void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
-                    BackwardWork &w) {
-    const UnitRange units{0, units_of(a.dims)};
-    const int64_t segments = backward_layout(a.dims, ends, g.C).segments;
-    backward_checkpoints(a, bq, kh, ends, units, g, w);
-    backward_gram(a, bq, kh, ends, segments - 1, g, w);
-    for (int64_t seg = segments - 1; seg >= 0; --seg) {
-        backward_unit_segment(a, bq, kh, ends, units, seg, g, w);
-        backward_reduce_segment(a, bq, kh, ends, seg, g, w);
-        backward_gram(a, bq, kh, ends, seg - 1, g, w);
-    }
+UnitPieces stored_pieces(int64_t L, bool kda, int64_t Sk, int64_t C, const float *slot) {
+    UnitPieces p;
+    for_each_region(L, kda, Sk, C, [&](const PieceRegion &r) {
+        p.*r.member = slot;
+        slot += r.capacity;
+    });
+    return p;
 }
 
 }  // namespace gdn::cpu

@@ -30,8 +30,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     C = max_chunk;
     kda = gw != 1;
     qk_rows.resize(2 * C * Sk);
-    gram.resize(kda ? 0 : C * C);
-    kk_product.resize(kda ? 0 : C * C);
+    gram.resize(kda ? 0 : 2 * C * C);
     beta.resize(C);
     gam.resize(C * gw);
     exp_arg.resize(C * std::max(C, gw));
@@ -54,7 +53,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &kk_product, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
                             &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
@@ -70,17 +69,14 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
 }
 
 void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out) {
-    const int64_t Sk = w.Sk;
-    if (with_qk) gemm(L, L, Sk, 1.0f, rows(w.q(), Sk), transposed(w.k(L), Sk), false, out, L, w.pack.data());
-    float *kk = w.kk_product.data();
-    gemm(L, L, Sk, 1.0f, rows(w.k(L), Sk), transposed(w.k(L), Sk), false, kk, L, w.pack.data());
-    for (int64_t r = 1; r < L; ++r)
-        for (int64_t s = 0; s < r; ++s) out[s * L + r] = kk[r * L + s];
+    const int64_t Sk = w.Sk, first = with_qk ? 0 : L;
+    gemm(2 * L - first, L, Sk, 1.0f, rows(w.qk_rows.data() + first * Sk, Sk), transposed(w.k(L), Sk), false,
+         out + first * L, L, w.pack.data());
 }
 
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                       int64_t L, bool with_qk, ChunkScratch &w) {
-    load_group_rows(q, k, d, bq, kh, t0, L, true, w);
+    load_group_rows(q, k, d, bq, kh, t0, L, with_qk, w);
     if (w.kda) return;
     group_gram(L, with_qk, w, w.gram.data());
     w.gram_view = w.gram.data();
@@ -160,20 +156,12 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
-        // The gram holds Q K^T at (r, s) and K K^T at (s, r), s <= r: K K^T back below the
-        // diagonal first (in tiles), so that both loops below read rows.
-        const float *gram = w.gram_view;
-        float *kk = w.kk_product.data();
-        constexpr int64_t tile = 16;
-        for (int64_t r0 = 0; r0 < L; r0 += tile)
-            for (int64_t s0 = 0; s0 <= r0; s0 += tile)
-                for (int64_t r = r0; r < std::min(L, r0 + tile); ++r)
-                    for (int64_t s = s0; s < std::min(r, s0 + tile); ++s) kk[r * L + s] = gram[s * L + r];
+        const float *qk = w.qk(), *kk = w.kk(L);
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 const bool below = s < r;
                 M[r * L + s] = below ? kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
-                if (with_q) P[r * L + s] = below ? gram[r * L + s] * w.gam_mat[r * L + s] : (s == r ? gram[r * L + r] : 0.0f);
+                if (with_q) P[r * L + s] = below ? qk[r * L + s] * w.gam_mat[r * L + s] : (s == r ? qk[r * L + r] : 0.0f);
             }
     } else {
         if (L > 1) {

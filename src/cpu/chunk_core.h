@@ -31,10 +31,9 @@ struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
 
-    // The group's chunk: Q rows then K rows (2L x Sk). GDA: its gram, L x L, Q K^T on and below
-    // the diagonal and K K^T (transposed) above it: everything the units read of the two, in
-    // `gram` or wherever gram_view points (the backward keeps every chunk's, computed once).
-    std::vector<float> qk_rows, gram, kk_product;  // kk_product: C x C, K K^T while (un)folding
+    // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, full), in
+    // `gram` or wherever gram_view points (the split backward keeps a segment's grams per group).
+    std::vector<float> qk_rows, gram;
     const float *gram_view = nullptr;
     // One unit's chunk.
     std::vector<float> beta;              // L
@@ -54,6 +53,8 @@ struct ChunkScratch {
 
     float *q() { return qk_rows.data(); }
     float *k(int64_t L) { return qk_rows.data() + L * Sk; }
+    const float *qk() const { return gram_view; }
+    const float *kk(int64_t L) const { return gram_view + L * L; }
     float *qg() { return qkg.data(); }
     float *kg(int64_t L) { return qkg.data() + L * Sk; }
 };
@@ -66,12 +67,11 @@ struct ChunkUnit {
 void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                      int64_t L, bool with_q, ChunkScratch &w);
 
-// GDA: the gram of the loaded rows into out (L x L, the layout of ChunkScratch::gram); without
-// Q only its K K^T part (above the diagonal).
+// GDA: the gram of the loaded rows into out (2L x L): [Q; K] K^T in one product; without Q only
+// the K K^T half (rows L .. 2L-1).
 void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out);
 
-// Loads Q and K rows t0 .. t0+L-1 of the group; GDA: also Q K^T (when with_qk) and K K^T, into
-// gram (gram_view points there).
+// load_group_rows, then GDA: group_gram into gram (gram_view points there).
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                       int64_t L, bool with_qk, ChunkScratch &w);
 

@@ -42,22 +42,29 @@ struct BackwardLayout {
     static BackwardLayout widest(const BackwardLayout &a, const BackwardLayout &b);
 };
 
-// The backward of a group is a fixed sequence of steps, each either per group or per unit:
-//   backward_checkpoints     (unit)   the forward pass: the unit's state at every segment start
-//   backward_gram            (group)  GDA: Q K^T and K K^T of the last segment's chunks
-//   then per segment, last to first:
-//     backward_unit_segment  (unit)   replay the segment, walk its chunks backwards: the unit's
-//                                     dv, dg, dbeta (and ds0 after segment 0) and its share of
-//                                     the group's dq, dk (and GP, GM) per chunk
-//     backward_reduce_segment(group)  sum the shares in unit order, the two group products
-//                                     (GDA), write dq, dk rows
-//     backward_gram          (group)  the grams of the segment before (read by every unit)
+// The backward of a group, chunks in reverse (chunk_backward.cpp: one unit's chunk; backward_steps.cpp:
+// the steps). Per chunk each unit computes its own gradients (dv, dg, dbeta; ds0 after the first
+// chunk) and the pieces of its share of the group's dq, dk (UnitPieces, chunk_backward.h), which
+// are added to the group's accumulators unit by unit in unit order. Two schedules run the same
+// arithmetic in the same order:
+//   group schedule (backward_group): one worker runs a group's steps, and adds each unit's
+//     pieces the moment the unit has computed them, while they are in cache (no copies);
+//   split schedule (backward_schedule.h: rounds over all groups' units) from these steps:
+//     backward_checkpoints     (unit)   the forward pass: the unit's state at every segment start
+//     backward_gram            (group)  GDA: [Q; K] K^T of the last segment's chunks
+//     then per segment, last to first:
+//       backward_unit_segment  (unit)   replay the segment, walk its chunks backwards: the unit's
+//                                       own gradients, and its pieces copied into its slot
+//       backward_reduce_segment(group)  per chunk, the slots' pieces added in unit order (the
+//                                       same function on copies of the same operands), the
+//                                       group products (GDA), dq, dk rows written
+//       backward_gram          (group)  the grams of the segment before (read by every unit)
 // A unit step reads only its own unit's state and the group's inputs, so the units of a group
-// may run on different workers (the split schedule: rounds over all groups' units); or one
-// worker runs every step of a group in order (backward_group). Both sum in the same order, so
-// the bits do not depend on the schedule or the thread count. (The forward pass and the replay
-// compute K K^T per chunk where they run: once per group in the group schedule, once per unit
-// in the split one; the same product either way.)
+// may run on different workers. Either way each chunk's accumulators start at zero and take the
+// units' pieces in unit order through the same (not inlined) function, so the bits do not depend
+// on the schedule or the thread count. The forward pass and replay compute K K^T per chunk where
+// they run (once per group in the group schedule, once per unit in the split one; the same
+// product either way); the reverse walk's [Q; K] K^T is the same call in both.
 
 // Per-worker scratch of the steps.
 struct BackwardWork {
@@ -68,6 +75,9 @@ struct BackwardWork {
     std::vector<float> dqkg;         // 2C x Sk: dQg, then dKg
     std::vector<float> dkl, dkinv;   // C x Sk
     std::vector<float> dpm;          // 2C x C: dP, then dM
+    std::vector<float> dp_diag;      // KDA: C, the diagonal of dP (zeroed in dpm before its products)
+    std::vector<float> dq, dk;       // C x Sk: the group's chunk accumulators
+    std::vector<float> gp, gm;       // GDA: C x C, sum over units of dP o Gam, dM o Gam
     std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
     std::vector<double> single, link, pair, acc, dgam;  // C x gw: gate-gradient pieces
     std::vector<double> wterm;       // gw: the gL term of the gate gradient
@@ -75,23 +85,27 @@ struct BackwardWork {
     uint64_t bytes() const;
 };
 
-// What a group's backward keeps between its steps. Sized for the widest call and layout.
+// What a group's backward keeps between its steps. Sized for the widest call and layout; the
+// split schedule (one per group) also keeps a segment's grams and every unit's pieces per chunk
+// of the segment, the group schedule (one per worker) neither.
 struct GroupBackward {
-    int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0, share_floats = 0;
-    std::vector<float> gram;         // GDA: chunks_per_segment x C x C, the current segment's grams (ChunkScratch)
+    int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0;
+    int64_t spares = 1, slot_floats = 0;
     std::vector<float> checkpoints;  // units x segments x area
     std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
-    std::vector<float> carries;      // units x 2 x area: dL/dS at the current chunk end, and the next
-    std::vector<uint8_t> carry_side; // units: which of the two is current
-    std::vector<float> shares;       // units x chunks_per_segment x share_floats: dq, dk (C x Sk), GP, GM (C x C)
-    void resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout);
+    // dL/dS at each unit's current chunk end, and spares for the next (one shared by the units of
+    // the group schedule, one per unit in the split one): (units + spares) x area, carry_slab
+    // says which area is whose.
+    std::vector<float> carries;
+    std::vector<int64_t> carry_slab;
+    std::vector<float> gram;         // split, GDA: chunks_per_segment x 2C x C, [Q; K] K^T per chunk
+    std::vector<float> pieces;       // split: units x chunks_per_segment x slot_floats (UnitPieces)
+    void resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout, bool split);
     uint64_t bytes() const;
 };
 
 BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, int64_t max_chunk);
 
-void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,
-                   GroupBackward &g, BackwardWork &w);  // nothing for seg < 0
 // The unit steps take a range of the group's units, chunk by chunk and unit by unit inside a
 // chunk (one load of the chunk's rows for all of them); each unit's arithmetic is the same
 // whatever the range.
@@ -100,12 +114,15 @@ struct UnitRange {
 };
 void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                           UnitRange units, GroupBackward &g, BackwardWork &w);
+// The split schedule's steps (g sized with split = true).
+void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,
+                   GroupBackward &g, BackwardWork &w);  // nothing for seg < 0
 void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                            UnitRange units, int64_t seg, GroupBackward &g, BackwardWork &w);
 void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                              int64_t seg, GroupBackward &g, BackwardWork &w);
 
-// Every step of one group in order, on one worker.
+// The group schedule: the whole backward of one group on one worker.
 void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
                     BackwardWork &w);
 

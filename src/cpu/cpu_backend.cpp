@@ -153,7 +153,7 @@ public:
             workspace_ += w.bytes();
         }
         for (auto &g : group_backward_) {
-            g.resize(widest, max_chunk, widest_layout);
+            g.resize(widest, max_chunk, widest_layout, split);
             workspace_ += g.bytes();
         }
         if (split) {
@@ -211,7 +211,7 @@ public:
         const int64_t max_chunk = chunk_length(d);
         s.plan_groups(d, *a.g, max_chunk, begin, end);
         s.backward.resize(d, max_chunk);
-        s.group_backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk));
+        s.group_backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk), false);
         for (int64_t group = begin; group < end; ++group)
             cpu::backward_group(a, group / d.Hk, group % d.Hk, s.plan_of(group), s.group_backward, s.backward);
         return {};

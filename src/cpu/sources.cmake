@@ -12,6 +12,7 @@ set(GDN_CPU_SOURCES
   cpu/token_block.cpp
   cpu/chunk_forward.cpp
   cpu/chunk_backward.cpp
+  cpu/backward_steps.cpp
   cpu/backward_schedule.cpp
   cpu/gemm.cpp)
 # No code here reads floating-point exception flags. Without this, GCC keeps every loop with a

@@ -1,0 +1,235 @@
+// The steps of a group's chunked backward and the group schedule (chunk_drivers.h): checkpoints
+// and replay of the states, the reverse walk over chunks, and where each unit's pieces of the
+// group's dq, dk go (straight into the accumulators, or into the unit's slot for the reduction).
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/chunk_backward.h"
+#include "cpu/chunk_vector.h"
+
+namespace gdn::cpu {
+
+BackwardLayout BackwardLayout::of(int64_t chunks, int64_t T, int64_t max_chunk) {
+    const int64_t max_checkpoints = (T + max_chunk - 1) / max_chunk + 1;
+    BackwardLayout l;
+    l.chunks_per_segment = std::max<int64_t>(1, (chunks + max_checkpoints - 1) / max_checkpoints);
+    l.segments = (chunks + l.chunks_per_segment - 1) / l.chunks_per_segment;
+    return l;
+}
+
+BackwardLayout BackwardLayout::widest(const BackwardLayout &a, const BackwardLayout &b) {
+    return {std::max(a.chunks_per_segment, b.chunks_per_segment), std::max(a.segments, b.segments)};
+}
+
+BackwardLayout backward_layout(const Dims &d, const std::vector<int64_t> &ends, int64_t max_chunk) {
+    return BackwardLayout::of(static_cast<int64_t>(ends.size()), d.T, max_chunk);
+}
+
+void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout, bool split) {
+    const bool gda = d.gate_width == 1;
+    units = units_of(d);
+    area = d.Sk * d.Sv;
+    C = max_chunk;
+    segments = layout.segments;
+    chunks_per_segment = layout.chunks_per_segment;
+    replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
+    spares = split ? units : 1;
+    slot_floats = split ? pieces_slot_floats(d, C) : 0;
+    checkpoints.resize(units * segments * area);
+    replay.resize(units * replay_slots * area);
+    carries.resize((units + spares) * area);
+    carry_slab.resize(units + spares);
+    gram.resize(split && gda ? chunks_per_segment * 2 * C * C : 0);
+    pieces.resize(units * chunks_per_segment * slot_floats);
+}
+
+uint64_t GroupBackward::bytes() const {
+    uint64_t n = carry_slab.size() * sizeof(int64_t);
+    for (const auto *v : {&checkpoints, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
+    return n;
+}
+
+namespace {
+
+int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); }
+
+float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
+
+// Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
+float *entry(GroupBackward &g, int64_t u, int64_t seg, int64_t j) {
+    return j == 0 ? checkpoint(g, u, seg) : g.replay.data() + (u * g.replay_slots + j) * g.area;
+}
+
+int64_t spare_of(const GroupBackward &g, int64_t u) { return g.units + (g.spares == 1 ? 0 : u); }
+
+float *slot_of(GroupBackward &g, int64_t u, int64_t j) {
+    return g.pieces.data() + (u * g.chunks_per_segment + j) * g.slot_floats;
+}
+
+struct Segment {
+    int64_t c0, c1;  // its chunks [c0, c1)
+};
+
+Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t seg, const GroupBackward &g) {
+    const int64_t per_seg = backward_layout(a.dims, ends, g.C).chunks_per_segment, c0 = seg * per_seg;
+    return {c0, std::min<int64_t>(static_cast<int64_t>(ends.size()), c0 + per_seg)};
+}
+
+// One chunk forward of one unit (the group's chunk and K K^T loaded): s_next = the state after chunk ci from s.
+void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, ChunkUnit unit, const float *s,
+                   float *s_next, ChunkScratch &c) {
+    const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+    prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, c);
+    solve_deltas(s, L, c);
+    advance_state(s, s_next, L, c);
+}
+
+// The entry states of the segment's chunks after its first, from its checkpoint.
+void replay_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, UnitRange units,
+                    int64_t seg, GroupBackward &g, ChunkScratch &c) {
+    const Segment s = segment_of(a, ends, seg, g);
+    for (int64_t ci = s.c0; ci + 1 < s.c1; ++ci) {
+        const int64_t t0 = start_of(ends, ci);
+        load_group_chunk(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, false, c);
+        for (int64_t u = units.begin; u < units.end; ++u)
+            forward_chunk(a, ends, ci, group_unit(a.dims, bq, kh, u), entry(g, u, seg, ci - s.c0),
+                          entry(g, u, seg, ci - s.c0 + 1), c);
+    }
+}
+
+// Unit u's backward over chunk ci of segment seg (the group's rows and gram loaded): carries
+// dL/dS from the chunk's end to its start, adding the chunk end's d_states.
+UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
+                      int64_t u, int64_t seg, int64_t j, GroupBackward &g, BackwardWork &w) {
+    const Dims &d = a.dims;
+    const ChunkUnit unit = group_unit(d, bq, kh, u);
+    const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
+    const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
+    prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, d.Sv);
+    prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
+    int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
+    float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
+    const int64_t slot = d.T - t1;
+    if (a.d_states && slot < d.written_slots()) {
+        load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
+        axpy(1.0f, w.d_state.data(), dsl, g.area);
+    }
+    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), dsl, ds0, w);
+    std::swap(current, spare);
+    return p;
+}
+
+// The group's rows of chunk ci for the reverse walk, and the next chunk's asked for.
+void load_reverse_rows(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
+                       ChunkScratch &c) {
+    const int64_t t0 = start_of(ends, ci), prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
+    load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, true, c);
+    prefetch_rows(a.q, kh, prev_start, t0, bq, a.dims.Sk);
+    prefetch_rows(a.k, kh, prev_start, t0, bq, a.dims.Sk);
+}
+
+void store_ds0(const BackwardArgs &a, int64_t bq, int64_t kh, UnitRange units, GroupBackward &g) {
+    if (!a.ds0) return;
+    for (int64_t u = units.begin; u < units.end; ++u) {
+        const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
+        store_state(*a.ds0, a.dims, unit.h, unit.b, g.carries.data() + g.carry_slab[u] * g.area);
+    }
+}
+
+}  // namespace
+
+void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                          UnitRange units, GroupBackward &g, BackwardWork &w) {
+    const Dims &d = a.dims;
+    const int64_t chunks = static_cast<int64_t>(ends.size());
+    const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
+    for (int64_t u = units.begin; u < units.end; ++u) {
+        const ChunkUnit unit = group_unit(d, bq, kh, u);
+        float *first = checkpoint(g, u, 0);
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
+        else std::fill(first, first + g.area, 0.0f);
+        g.carry_slab[u] = u;
+        g.carry_slab[spare_of(g, u)] = spare_of(g, u);
+        std::fill_n(g.carries.begin() + u * g.area, g.area, 0.0f);
+    }
+    // Within a segment the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
+    auto running = [&](int64_t ci, int64_t u) {
+        const int64_t j = ci % per_seg;
+        return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
+    };
+    for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
+        const int64_t t0 = start_of(ends, ci);
+        load_group_chunk(*a.q, *a.k, d, bq, kh, t0, ends[ci] - t0, false, w.chunk);
+        for (int64_t u = units.begin; u < units.end; ++u)
+            forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), running(ci, u), running(ci + 1, u), w.chunk);
+    }
+}
+
+void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,
+                   GroupBackward &g, BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    if (c.kda || seg < 0) return;
+    const Segment s = segment_of(a, ends, seg, g);
+    for (int64_t ci = s.c0; ci < s.c1; ++ci) {
+        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+        load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, true, c);
+        group_gram(L, true, c, g.gram.data() + (ci - s.c0) * 2 * g.C * g.C);
+    }
+}
+
+void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                           UnitRange units, int64_t seg, GroupBackward &g, BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const Segment s = segment_of(a, ends, seg, g);
+    replay_segment(a, bq, kh, ends, units, seg, g, c);
+    for (int64_t ci = s.c1 - 1; ci >= s.c0; --ci) {
+        const int64_t j = ci - s.c0, L = ends[ci] - start_of(ends, ci);
+        load_reverse_rows(a, bq, kh, ends, ci, c);
+        if (!c.kda) c.gram_view = g.gram.data() + j * 2 * g.C * g.C;
+        for (int64_t u = units.begin; u < units.end; ++u) {
+            const UnitPieces p = unit_chunk(a, bq, kh, ends, ci, u, seg, j, g, w);
+            store_pieces(L, p, c.kda, c.Sk, g.C, slot_of(g, u, j));
+        }
+    }
+    if (seg == 0) store_ds0(a, bq, kh, units, g);
+}
+
+void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                             int64_t seg, GroupBackward &g, BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const Segment s = segment_of(a, ends, seg, g);
+    for (int64_t ci = s.c0; ci < s.c1; ++ci) {
+        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0, j = ci - s.c0;
+        load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, L, true, c);
+        start_group_chunk(L, w);
+        for (int64_t u = 0; u < g.units; ++u) add_unit_share(L, stored_pieces(L, c.kda, c.Sk, g.C, slot_of(g, u, j)), w);
+        finish_group_chunk(a, bq, kh, t0, L, w);
+    }
+}
+
+void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
+                    BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
+    const UnitRange all{0, g.units};
+    const int64_t segments = backward_layout(a.dims, ends, g.C).segments;
+    backward_checkpoints(a, bq, kh, ends, all, g, w);
+    for (int64_t seg = segments - 1; seg >= 0; --seg) {
+        const Segment s = segment_of(a, ends, seg, g);
+        replay_segment(a, bq, kh, ends, all, seg, g, c);
+        for (int64_t ci = s.c1 - 1; ci >= s.c0; --ci) {
+            const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+            load_reverse_rows(a, bq, kh, ends, ci, c);
+            if (!c.kda) {
+                group_gram(L, true, c, c.gram.data());
+                c.gram_view = c.gram.data();
+            }
+            start_group_chunk(L, w);
+            for (int64_t u = 0; u < g.units; ++u)
+                add_unit_share(L, unit_chunk(a, bq, kh, ends, ci, u, seg, ci - s.c0, g, w), w);
+            finish_group_chunk(a, bq, kh, t0, L, w);
+        }
+    }
+    store_ds0(a, bq, kh, all, g);
+}
+
+}  // namespace gdn::cpu
