@@ -1,4 +1,4 @@
-// One unit's chunk of the chunked backward (ALGORITHM.md section 3), and its share of the group's
+// One unit's chunk of the chunked backward (the formulas below), and its share of the group's
 // dq, dk (chunk_backward.h).
 //
 // Per unit and chunk, with dSL = dL/dS_L carried from the later chunk and dOc = scale * dO:

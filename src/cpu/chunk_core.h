@@ -1,5 +1,6 @@
-// The per-chunk math shared by the chunked forward and backward (ALGORITHM.md section 2), for
-// one group = (q/k sequence bq, key head kh) and the units (sequence, value head) that read it.
+// The per-chunk math shared by the chunked forward and backward (the recurrence of docs/SPEC.md
+// section 2, a chunk of tokens at a time), for one group = (q/k sequence bq, key head kh) and the
+// units (sequence, value head) that read it.
 //
 // Inside a chunk of L tokens starting at t0, with per-unit prefix sums gam_r of the gates
 // (restarted at the chunk start; per channel for KDA, scalar for GDA):

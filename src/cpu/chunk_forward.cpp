@@ -1,4 +1,4 @@
-// The chunked forward of one group (ALGORITHM.md section 2).
+// The chunked forward of one group (the per-chunk math is written out in chunk_core.h).
 #include <algorithm>
 #include <cstring>
 

@@ -1,7 +1,8 @@
 // Memory of the ref backward at the Qwen3.5-27B shape (Sk = Sv = 128, Hk = 16, Hv = 48) over
-// T = 4096 tokens, B = 1: the backward recomputes states from checkpoints (ALGORITHM.md
-// section 1) instead of storing every state, so its workspace grows with sqrt(T), not with
-// T * Sk * Sv (which would be 512 MiB for a single value head, 24 GiB for the layer).
+// T = 4096 tokens, B = 1: the backward recomputes states from checkpoints (docs/DESIGN.md,
+// "The shared per-token math") instead of storing every state, so its workspace grows with
+// sqrt(T), not with T * Sk * Sv (which would be 512 MiB for a single value head, 24 GiB for
+// the layer).
 //
 // Slow (the ref is scalar double arithmetic: ~100 GFLOP): registered with CTest directly,
 // labelled `slow`, with its own timeout (tests/ref/CMakeLists.txt).

@@ -78,8 +78,9 @@ void fill_unit_rows(TensorSet &set, const char *name, int64_t row, Random &rng) 
     set.write(name, values);
 }
 
-// Gate regimes (ALGORITHM.md section 4): zero; mild -0.3..-0.02; strong -20..-1e-4 (log-uniform
-// magnitude, so both ends occur); spike = mild with -120 on every 7th token; mixed -0.5..0.3.
+// Gate regimes (log-space gates; g <= 0 decays the state): zero; mild -0.3..-0.02; strong
+// -20..-1e-4 (log-uniform magnitude, so both ends occur); spike = mild with -120 on every 7th
+// token; mixed -0.5..0.3.
 void fill_gate(TensorSet &set, const Case &c, Random &rng) {
     std::vector<double> values = set.read("g");
     const int64_t width = c.kda ? c.shape.Sk : 1, per_token = width * c.shape.Hv;
