@@ -1,4 +1,5 @@
-// The chunked (WY) backward for scalar gates (GDA), ALGORITHM.md section 3, on tensor cores.
+// The chunked (WY) backward for scalar gates (GDA) on tensor cores: the formulas of
+// src/cpu/chunk_backward.cpp, per chunk.
 //
 // First the forward's walk stores the state before every chunk (checkpoints). Then, window by
 // window from the last (plans.h: Windows), chunk_prepare_kernel computes the window's factors

@@ -1,4 +1,5 @@
-// The chunked (WY) forward for scalar gates (GDA), ALGORITHM.md section 2, on tensor cores.
+// The chunked (WY) forward for scalar gates (GDA) on tensor cores: the per-chunk math of
+// src/cpu/chunk_core.h.
 //
 // Window by window (plans.h: Windows; one window holds about 10,000 tokens at the 27B shape),
 // chunk_prepare_kernel first computes, for every chunk of the window at once, the factors that

@@ -1,4 +1,4 @@
-// The per-token backward kernels (ALGORITHM.md section 1), column by column.
+// The per-token backward kernels (the recurrence of src/math/token_step.h), column by column.
 //
 // The carry D = dL/dS is column-local, like the forward: D[:, j] at token t-1 depends only on
 // column j of D, S and on token t's inputs. So each warp owns state columns of one
