@@ -78,7 +78,8 @@ Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
 // One chunk forward of one unit (the group's chunk and K K^T loaded): s_next = the state after chunk ci from s.
 void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, ChunkUnit unit, const float *s,
                    float *s_next, ChunkScratch &c) {
-    const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+    const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
+    if (ci + 1 < static_cast<int64_t>(ends.size())) prefetch_unit_rows(*a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
     prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, c);
     solve_deltas(s, L, c);
     advance_state(s, s_next, L, c);
@@ -105,7 +106,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-    prefetch_rows(a.v, unit.h, prev_start, t0, unit.b, d.Sv);
+    prefetch_unit_rows(*a.v, *a.g, *a.beta, d, unit, prev_start, t0);
     prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;

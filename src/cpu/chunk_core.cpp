@@ -96,12 +96,14 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
     double *arg = w.exp_arg.data();
     exp_to_float(gam_last, w.gl.data(), gw);
     exp_to_float(w.gam.data(), w.e.data(), L * gw);
-    // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel, finite because chunk_plan
-    // bounds every channel's span. GDA: one exp per pair and per row, so that no entry's bits
-    // depend on another token's gate (a +Inf gate at token t leaves earlier tokens exact).
+    // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel. chunk_plan keeps every
+    // channel's prefix sums in [-60, 0] inside a chunk of more than one token, so exp(gam) is a
+    // normal float and exp(-gam) = 1 / exp(gam) <= e^60 is finite: a division (within 1.5 ulp of
+    // exp(-gam)) instead of a second exp per element. GDA: one exp per pair and per row, so that
+    // no entry's bits depend on another token's gate (a +Inf gate at token t leaves earlier
+    // tokens exact).
     if (w.kda && L > 1) {
-        for (int64_t n = 0; n < L * gw; ++n) arg[n] = -w.gam[n];
-        exp_to_float(arg, w.einv.data(), L * gw);
+        reciprocal(w.e.data(), w.einv.data(), L * gw);
         for (int64_t r = 0; r < L; ++r)
             for (int64_t i = 0; i < gw; ++i) w.f[r * gw + i] = w.gl[i] * w.einv[r * gw + i];
     } else {
@@ -207,6 +209,13 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
         const char *row = element_ptr(*t, 0, i1, r, i3);
         for (int64_t byte = 0; byte < row_floats * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
     }
+}
+
+void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
+                        int64_t t_begin, int64_t t_end) {
+    prefetch_rows(&v, u.h, t_begin, t_end, u.b, d.Sv);
+    prefetch_rows(&g, u.h, t_begin, t_end, u.b, d.gate_width);
+    prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1);
 }
 
 void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index) {

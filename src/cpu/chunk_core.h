@@ -90,6 +90,10 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 // Asks for the rows [t_begin, t_end) of tensor t at (i1, i3) to be brought into cache: the next
 // chunk's rows of the strided q/k/v views are each a page apart.
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats);
+// The rows prepare_unit_chunk reads for tokens [t_begin, t_end) of the unit: v, g and beta (a
+// KDA gate row is as long as a v row, and as far from the next one).
+void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
+                        int64_t t_begin, int64_t t_end);
 
 // C = alpha T B + c_scale C for an L x L triangle T (read through a Mat view, so T may be the
 // transpose of a stored lower triangle) and B (L x n, leading dimension ldb). Only the entries

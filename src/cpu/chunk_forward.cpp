@@ -38,7 +38,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
         prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
         for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
-            prefetch_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
+            prefetch_unit_rows(*a.v, *a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
             prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, c);
             if (with_out) {

@@ -115,6 +115,10 @@ GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride
     }
 }
 
+GDN_VECTORIZED void reciprocal(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / x[i];
+}
+
 GDN_VECTORIZED void scale(float alpha, float *x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }

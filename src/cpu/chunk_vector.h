@@ -22,6 +22,8 @@ void axpy(float alpha, const float *x, float *y, int64_t n);
 // across them.
 void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x, int64_t ldx,
               float *y, int64_t n);
+// y = 1 / x (correctly rounded division: the same bits on every ISA).
+void reciprocal(const float *x, float *y, int64_t n);
 // x *= alpha.
 void scale(float alpha, float *x, int64_t n);
 // y += x o z (element-wise).
