@@ -3,7 +3,9 @@
 // 8/16/32/64-column tiles).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +54,35 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
 #else
     EXPECT_EQ(tested, 1);
 #endif
+}
+
+// Each entry of C is the same sum in the same order whoever computes it, so a product equals,
+// bit for bit, the same product taken a few rows at a time: tall products pack B's panels (many
+// row tiles read them), short ones read B in place, over a B whose rows are a power of two apart
+// as the chunk math's are.
+TEST(CpuGemm, PackedAndInPlacePanelsGiveTheSameBits) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        for (int k : {1, 64, 128}) {
+            const int m = 128, n = 128, ldb = 128;
+            std::vector<float> a(m * k), b(k * ldb), c0(m * n), whole, rows_at_a_time, pack(gdn::cpu::gemm_pack_floats(k));
+            for (float &x : a) x = u(rng);
+            for (float &x : b) x = u(rng);
+            for (float &x : c0) x = u(rng);
+            whole = rows_at_a_time = c0;
+            gdn::cpu::gemm(m, n, k, 0.5f, gdn::cpu::rows(a.data(), k), gdn::cpu::rows(b.data(), ldb), 1.0f,
+                           whole.data(), n, pack.data());
+            for (int r0 = 0; r0 < m; r0 += 3)
+                gdn::cpu::gemm(std::min(3, m - r0), n, k, 0.5f, gdn::cpu::rows(a.data() + r0 * k, k),
+                               gdn::cpu::rows(b.data(), ldb), 1.0f, rows_at_a_time.data() + r0 * n, n, pack.data());
+            ASSERT_EQ(0, std::memcmp(whole.data(), rows_at_a_time.data(), sizeof(float) * whole.size()))
+                << isa << " k=" << k;
+            ASSERT_NE(0, std::memcmp(whole.data(), c0.data(), sizeof(float) * whole.size()));
+        }
+    }
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
 }
 
 // The kernel chosen at start-up is the best this host has, and only the target's own kernels can
