@@ -158,13 +158,8 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
-        const float *qk = w.qk(), *kk = w.kk(L);
-        for (int64_t r = 0; r < L; ++r)
-            for (int64_t s = 0; s < L; ++s) {
-                const bool below = s < r;
-                M[r * L + s] = below ? kk[r * L + s] * w.gam_mat[r * L + s] : 0.0f;
-                if (with_q) P[r * L + s] = below ? qk[r * L + s] * w.gam_mat[r * L + s] : (s == r ? qk[r * L + r] : 0.0f);
-            }
+        decayed_lower(w.kk(L), w.gam_mat.data(), L, false, M);
+        if (with_q) decayed_lower(w.qk(), w.gam_mat.data(), L, true, P);
     } else {
         if (L > 1) {
             scale_rows(w.k(L), w.einv.data(), L, Sk, gw, w.kinv.data());
@@ -187,10 +182,10 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
     gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
-    // Dm = A (beta o R): scale the columns of A by beta instead of copying R.
+    // Dm = A (beta o R): scale the columns of A by beta instead of copying R (the lower triangle,
+    // all that trmm reads).
     float *ab = w.a_beta.data();
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t s = 0; s < L; ++s) ab[r * L + s] = w.a[r * L + s] * w.beta[s];
+    scale_columns_lower(w.a.data(), w.beta.data(), L, ab);
     trmm(Tri::Lower, L, Sv, 1.0f, rows(ab, L), w.r.data(), Sv, 0.0f, w.dm.data(), Sv, w.pack.data());
 }
 

@@ -119,6 +119,21 @@ GDN_VECTORIZED void reciprocal(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / x[i];
 }
 
+GDN_VECTORIZED void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out) {
+    for (int64_t r = 0; r < L; ++r) {
+        const float *gr = gram + r * L, *dr = decay + r * L;
+        float *o = out + r * L;
+        for (int64_t s = 0; s < r; ++s) o[s] = gr[s] * dr[s];
+        o[r] = with_diagonal ? gr[r] : 0.0f;
+        for (int64_t s = r + 1; s < L; ++s) o[s] = 0.0f;
+    }
+}
+
+GDN_VECTORIZED void scale_columns_lower(const float *a, const float *scale, int64_t L, float *out) {
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t s = 0; s <= r; ++s) out[r * L + s] = a[r * L + s] * scale[s];
+}
+
 GDN_VECTORIZED void scale(float alpha, float *x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }

@@ -24,6 +24,11 @@ void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count
               float *y, int64_t n);
 // y = 1 / x (correctly rounded division: the same bits on every ISA).
 void reciprocal(const float *x, float *y, int64_t n);
+// out_rs = gram_rs * decay_rs below the diagonal of an L x L matrix, out_rr = gram_rr when
+// with_diagonal (else 0), 0 above.
+void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out);
+// out_rs = a_rs * scale_s on and below the diagonal of an L x L matrix (nothing above is written).
+void scale_columns_lower(const float *a, const float *scale, int64_t L, float *out);
 // x *= alpha.
 void scale(float alpha, float *x, int64_t n);
 // y += x o z (element-wise).

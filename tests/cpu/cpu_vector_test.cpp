@@ -71,4 +71,33 @@ TEST(CpuVector, AddRowsEqualsItsAxpySequence) {
         }
 }
 
+// The masked triangles of the chunk math: exact products below the diagonal, the diagonal as
+// asked, zeros above whatever was there (a NaN in the upper half of the gram, or in a decay
+// entry that is never set, must reach nothing).
+TEST(CpuVector, TrianglesTakeOnlyTheirOwnEntries) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t L : {1, 2, 9, 64}) {
+        std::vector<float> gram(L * L), decay(L * L, nan), out(L * L, 5.0f), scale(L), scaled(L * L, 7.0f);
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t s = 0; s < L; ++s) {
+                gram[r * L + s] = s > r ? nan : 0.5f + r - 0.25f * s;
+                if (s < r) decay[r * L + s] = 1.0f / (1 + r + s);
+            }
+        for (int64_t s = 0; s < L; ++s) scale[s] = 2.0f + s;
+        for (bool with_diagonal : {false, true}) {
+            gdn::cpu::decayed_lower(gram.data(), decay.data(), L, with_diagonal, out.data());
+            for (int64_t r = 0; r < L; ++r)
+                for (int64_t s = 0; s < L; ++s) {
+                    const float want = s < r ? gram[r * L + s] * decay[r * L + s]
+                                             : (s == r && with_diagonal ? gram[r * L + r] : 0.0f);
+                    EXPECT_EQ(out[r * L + s], want) << "L " << L << " r " << r << " s " << s;
+                }
+        }
+        gdn::cpu::scale_columns_lower(gram.data(), scale.data(), L, scaled.data());
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t s = 0; s < L; ++s)
+                EXPECT_EQ(scaled[r * L + s], s <= r ? gram[r * L + s] * scale[s] : 7.0f) << "r " << r << " s " << s;
+    }
+}
+
 }  // namespace
