@@ -9,7 +9,6 @@
 #endif
 
 #include "core/tensor.h"
-#include "cpu/chunk_plan.h"
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
 
@@ -88,10 +87,8 @@ namespace {
 // in double, so a difference gam_r - gam_s keeps its digits even after a -120 spike.
 void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
     const int64_t gw = w.gw;
-    for (int64_t r = 0; r < L; ++r) {
-        const float *gr = row_f32(g, u.h, t0 + r, u.b);
-        for (int64_t i = 0; i < gw; ++i) w.gam[r * gw + i] = (r ? w.gam[(r - 1) * gw + i] : 0.0) + clamp_gate(gr[i]);
-    }
+    for (int64_t r = 0; r < L; ++r)
+        add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw, gw);
     const double *gam_last = w.gam.data() + (L - 1) * gw;
     double *arg = w.exp_arg.data();
     exp_to_float(gam_last, w.gl.data(), gw);

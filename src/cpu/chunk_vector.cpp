@@ -1,5 +1,6 @@
 #include "cpu/chunk_vector.h"
 
+#include "cpu/chunk_plan.h"
 #include "cpu/vectorized.h"
 
 // Vec8 below is passed only inside always-inlined helpers: the ABI GCC warns about is never used.
@@ -132,6 +133,10 @@ GDN_VECTORIZED void decayed_lower(const float *gram, const float *decay, int64_t
 GDN_VECTORIZED void scale_columns_lower(const float *a, const float *scale, int64_t L, float *out) {
     for (int64_t r = 0; r < L; ++r)
         for (int64_t s = 0; s <= r; ++s) out[r * L + s] = a[r * L + s] * scale[s];
+}
+
+GDN_VECTORIZED void add_gates(const double *prev, const float *gate, double *out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = (prev ? prev[i] : 0.0) + clamp_gate(gate[i]);
 }
 
 GDN_VECTORIZED void scale(float alpha, float *x, int64_t n) {
