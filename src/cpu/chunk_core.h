@@ -32,7 +32,8 @@ struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
 
-    // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, full), in
+    // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, on and below
+    // the diagonal: group_gram), in
     // `gram` or wherever gram_view points (the split backward keeps a segment's grams per group).
     std::vector<float> qk_rows, gram;
     const float *gram_view = nullptr;
@@ -68,8 +69,12 @@ struct ChunkUnit {
 void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                      int64_t L, bool with_q, ChunkScratch &w);
 
-// GDA: the gram of the loaded rows into out (2L x L): [Q; K] K^T in one product; without Q only
-// the K K^T half (rows L .. 2L-1).
+// c (L x L, leading dimension L) = A B^T for row-major L x n blocks A and B, on and below the
+// diagonal only (all the chunk math reads of such products); nothing above is written.
+void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack);
+
+// GDA: the gram of the loaded rows into out (2L x L): Q K^T then K K^T, their lower triangles
+// (lower_product); without Q only the K K^T half (rows L .. 2L-1).
 void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out);
 
 // load_group_rows, then GDA: group_gram into gram (gram_view points there).
