@@ -80,7 +80,7 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
                    float *s_next, ChunkScratch &c) {
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     if (ci + 1 < static_cast<int64_t>(ends.size())) prefetch_unit_rows(*a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
-    prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, c);
+    prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
     solve_deltas(s, L, c);
     advance_state(s, s_next, L, c);
 }

@@ -122,9 +122,9 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
     const bool kda = gw != 1;
     float *pack = c.pack.data();
-    prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, true, c);
+    prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, true, true, c);
     solve_deltas(s0, L, c);
-    const float *P = c.p.data(), *M = c.m.data(), *A = c.a.data(), *Dm = c.dm.data();
+    const float *P = c.p.data(), *A = c.a.data(), *Dm = c.dm.data();
     const float *Qg = c.qg(), *Kg = c.kg(L);
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
@@ -158,9 +158,8 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
             if (s > r) dP[r * L + s] = 0.0f;
             dM[r * L + s] = 0.0f;
         }
-    // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r (R is not needed after this: Z overwrites it).
-    float *Z = c.r.data();
-    trmm(Tri::StrictlyLower, L, Sv, -1.0f, rows(M, L), Dm, Sv, 1.0f, Z, Sv, pack);
+    // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r, which solve_deltas left in r.
+    const float *Z = c.r.data();
     for (int64_t r = 0; r < L; ++r) {
         if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
         if (a.dv) scale_rows(w.y.data() + r * Sv, c.beta.data() + r, 1, Sv, 1, row_ptr(*a.dv, unit.h, t0 + r, unit.b));

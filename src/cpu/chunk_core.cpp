@@ -44,7 +44,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     p.resize(C * C);
     m.resize(C * C);
     a.resize(C * C);
-    a_beta.resize(C * C);
+    coef.resize(C * C);
     r.resize(C * Sv);
     dm.resize(C * Sv);
     pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
@@ -52,7 +52,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &a_beta,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &coef,
                             &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
@@ -132,7 +132,7 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
 // substitution slow).
 void invert_unit_lower(int64_t L, ChunkScratch &w) {
     constexpr int64_t block = 16;
-    float *A = w.a.data(), *coef = w.a_beta.data();  // a_beta is free until solve_deltas
+    float *A = w.a.data(), *coef = w.coef.data();
     std::fill(A, A + L * L, 0.0f);
     for (int64_t r0 = 0; r0 < L; r0 += block) {
         const int64_t r1 = std::min(L, r0 + block);
@@ -148,7 +148,7 @@ void invert_unit_lower(int64_t L, ChunkScratch &w) {
 }  // namespace
 
 void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
-                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w) {
+                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, bool with_inverse, ChunkScratch &w) {
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = w.gw;
     for (int64_t r = 0; r < L; ++r) {
         std::memcpy(w.r.data() + r * Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * Sv);
@@ -177,17 +177,27 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
             for (int64_t r = 0; r < L; ++r) P[r * L + r] = dot(w.q() + r * Sk, w.k(L) + r * Sk, Sk);
         }
     }
-    invert_unit_lower(L, w);
+    if (with_inverse) invert_unit_lower(L, w);
 }
 
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, w.r.data(), Sv, w.pack.data());
-    // Dm = A (beta o R): scale the columns of A by beta instead of copying R (the lower triangle,
-    // all that trmm reads).
-    float *ab = w.a_beta.data();
-    scale_columns_lower(w.a.data(), w.beta.data(), L, ab);
-    trmm(Tri::Lower, L, Sv, 1.0f, rows(ab, L), w.r.data(), Sv, 0.0f, w.dm.data(), Sv, w.pack.data());
+    float *R = w.r.data(), *Dm = w.dm.data();
+    const float *M = w.m.data();
+    gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data());
+    // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
+    // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
+    // then the rows before them inside the block one by one. The same operations in the same order
+    // as trmm(StrictlyLower, -1, M, Dm) onto R, whose result R - M Dm stays in r.
+    constexpr int64_t block = 16;
+    for (int64_t r0 = 0; r0 < L; r0 += block) {
+        const int64_t r1 = std::min(L, r0 + block);
+        gemm(r1 - r0, Sv, r0, -1.0f, rows(M + r0 * L, L), rows(Dm, Sv), 1.0f, R + r0 * Sv, Sv, w.pack.data());
+        for (int64_t r = r0; r < r1; ++r) {
+            add_rows(-1.0f, M + r * L + r0, 1, r - r0, Dm + r0 * Sv, Sv, R + r * Sv, Sv);
+            scale_rows(R + r * Sv, w.beta.data() + r, 1, Sv, 1, Dm + r * Sv);
+        }
+    }
 }
 
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {

@@ -46,7 +46,7 @@ struct ChunkScratch {
     std::vector<float> qkg;               // 2L x Sk: Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // L x Sk
     std::vector<float> p, m, a;           // L x L
-    std::vector<float> a_beta;            // L x L: A diag(beta)
+    std::vector<float> coef;              // L x L: scratch of the inversion
     std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0)
     std::vector<float> pack;              // GEMM packing
 
@@ -82,11 +82,12 @@ void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, i
                       int64_t L, bool with_qk, ChunkScratch &w);
 
 // Loads the unit's v (into r), beta, g rows and computes gates, Qg (when with_q), Kg, Kl, M,
-// P (when with_q) and A.
+// P (when with_q) and A (when with_inverse: the backward's adjoint reads it, Dm does not).
 void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
-                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, ChunkScratch &w);
+                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, bool with_inverse, ChunkScratch &w);
 
-// R = V - Kg S0 (in r) and Dm = A diag(beta) R.
+// Dm = A diag(beta) R for R = V - Kg S0, solving (I + diag(beta) M) Dm = diag(beta) R by
+// substitution (A is not needed); leaves R - M Dm in r.
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w);
 
 // s_next = diag(gL) s + Kl^T Dm; s_next may be s.

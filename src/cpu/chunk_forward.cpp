@@ -40,7 +40,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             const ChunkUnit unit = group_unit(d, bq, kh, u);
             prefetch_unit_rows(*a.v, *a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
-            prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, c);
+            prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, false, c);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm), straight into the unit's output rows (an output
                 // overlaps no input, and rows are contiguous with a token stride in floats).

@@ -135,11 +135,6 @@ GDN_VECTORIZED void clear_upper(float *c, int64_t L, bool with_diagonal) {
         for (int64_t s = with_diagonal ? r : r + 1; s < L; ++s) c[r * L + s] = 0.0f;
 }
 
-GDN_VECTORIZED void scale_columns_lower(const float *a, const float *scale, int64_t L, float *out) {
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t s = 0; s <= r; ++s) out[r * L + s] = a[r * L + s] * scale[s];
-}
-
 GDN_VECTORIZED void add_gates(const double *prev, const float *gate, double *out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = (prev ? prev[i] : 0.0) + clamp_gate(gate[i]);
 }

@@ -29,8 +29,6 @@ void reciprocal(const float *x, float *y, int64_t n);
 void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out);
 // c_rs = 0 above the diagonal of an L x L matrix, and on it when with_diagonal.
 void clear_upper(float *c, int64_t L, bool with_diagonal);
-// out_rs = a_rs * scale_s on and below the diagonal of an L x L matrix (nothing above is written).
-void scale_columns_lower(const float *a, const float *scale, int64_t L, float *out);
 // out_i = prev_i + clamp_gate(gate_i) in double (prev nullptr: 0): one row of gate prefix sums.
 void add_gates(const double *prev, const float *gate, double *out, int64_t n);
 // x *= alpha.

@@ -77,13 +77,12 @@ TEST(CpuVector, AddRowsEqualsItsAxpySequence) {
 TEST(CpuVector, TrianglesTakeOnlyTheirOwnEntries) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (int64_t L : {1, 2, 9, 64}) {
-        std::vector<float> gram(L * L), decay(L * L, nan), out(L * L, 5.0f), scale(L), scaled(L * L, 7.0f);
+        std::vector<float> gram(L * L), decay(L * L, nan), out(L * L, 5.0f);
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 gram[r * L + s] = s > r ? nan : 0.5f + r - 0.25f * s;
                 if (s < r) decay[r * L + s] = 1.0f / (1 + r + s);
             }
-        for (int64_t s = 0; s < L; ++s) scale[s] = 2.0f + s;
         for (bool with_diagonal : {false, true}) {
             gdn::cpu::decayed_lower(gram.data(), decay.data(), L, with_diagonal, out.data());
             for (int64_t r = 0; r < L; ++r)
@@ -93,10 +92,15 @@ TEST(CpuVector, TrianglesTakeOnlyTheirOwnEntries) {
                     EXPECT_EQ(out[r * L + s], want) << "L " << L << " r " << r << " s " << s;
                 }
         }
-        gdn::cpu::scale_columns_lower(gram.data(), scale.data(), L, scaled.data());
-        for (int64_t r = 0; r < L; ++r)
-            for (int64_t s = 0; s < L; ++s)
-                EXPECT_EQ(scaled[r * L + s], s <= r ? gram[r * L + s] * scale[s] : 7.0f) << "r " << r << " s " << s;
+        for (bool with_diagonal : {false, true}) {
+            std::vector<float> cleared = gram;
+            gdn::cpu::clear_upper(cleared.data(), L, with_diagonal);
+            for (int64_t r = 0; r < L; ++r)
+                for (int64_t s = 0; s < L; ++s) {
+                    const bool kept = s < r || (s == r && !with_diagonal);
+                    EXPECT_EQ(cleared[r * L + s], kept ? gram[r * L + s] : 0.0f) << "L " << L << " r " << r << " s " << s;
+                }
+        }
     }
 }
 
