@@ -134,7 +134,12 @@ Peak measure_peak(int threads, double seconds) {
 #endif
     const auto fma = [kernel](int) { return kernel(kSteps); };
     run_threads(fma, p.threads, 0.05);  // wake the cores
-    p.gflops = run_threads(fma, p.threads, seconds) / 1e9;
+    // The best of several windows: the peak is a ceiling, and a window in which a core was lent
+    // to something else (a shared or virtual machine) reads low, which would inflate every
+    // "% of peak" of the run (seen here: one 0.3 s window at half the usual rate).
+    constexpr int windows = 6;
+    for (int i = 0; i < windows; ++i)
+        p.gflops = std::max(p.gflops, run_threads(fma, p.threads, seconds / windows) / 1e9);
     return p;
 }
 

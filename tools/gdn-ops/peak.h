@@ -12,7 +12,8 @@ struct Peak {
     int threads = 1;
 };
 
-// Runs independent FMA chains on `threads` threads (0 = all cores) for about `seconds`.
+// Runs independent FMA chains on `threads` threads (0 = all cores) for about `seconds`, in
+// several windows; the best window's rate.
 Peak measure_peak(int threads, double seconds = 0.3);
 
 // GB/s (bytes read plus bytes written) of memcpy from one buffer of `bytes` to another, the
