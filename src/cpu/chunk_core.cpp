@@ -209,12 +209,23 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
 }
 
+namespace {
+
+// Every cache line of [p, p + bytes): a row that does not start on a line boundary (a buffer
+// from malloc starts 16 bytes into one) spans one line more than its length in lines, and
+// reading that last line would wait on memory.
+void prefetch_lines(const char *p, int64_t bytes) {
+    constexpr uintptr_t line = 64;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(line - 1), end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t a = first; a < end; a += line) __builtin_prefetch(reinterpret_cast<const char *>(a));
+}
+
+}  // namespace
+
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {
     if (t == nullptr) return;
-    for (int64_t r = t_begin; r < t_end; ++r) {
-        const char *row = element_ptr(*t, 0, i1, r, i3);
-        for (int64_t byte = 0; byte < row_floats * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
-    }
+    for (int64_t r = t_begin; r < t_end; ++r)
+        prefetch_lines(element_ptr(*t, 0, i1, r, i3), row_floats * int64_t(sizeof(float)));
 }
 
 void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
@@ -226,10 +237,7 @@ void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 
 void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index) {
     if (t == nullptr) return;
-    for (int64_t j = 0; j < d.Sv; ++j) {
-        const char *row = element_ptr(*t, 0, j, h, index);
-        for (int64_t byte = 0; byte < d.Sk * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
-    }
+    for (int64_t j = 0; j < d.Sv; ++j) prefetch_lines(element_ptr(*t, 0, j, h, index), d.Sk * int64_t(sizeof(float)));
 }
 
 void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
