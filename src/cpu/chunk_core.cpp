@@ -32,7 +32,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     gram.resize(kda ? 0 : 2 * C * C);
     beta.resize(C);
     gam.resize(C * gw);
-    exp_arg.resize(C * std::max(C, gw));
+    exp_arg.resize(kda ? gw : C * C);
     e.resize(C * gw);
     f.resize(C * gw);
     einv.resize(kda ? C * gw : 0);
@@ -68,7 +68,9 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
 }
 
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
-    constexpr int64_t block = 32;  // two AVX2 panels; 3/4 of the full product's work at L = 64
+    // Blocks of whole kernel panels (2 on AVX2: 3/4 of the full product's work at L = 64; one
+    // block, the full product, where a panel is 64 wide).
+    const int64_t block = std::max<int64_t>(32, gemm_panel_width());
     for (int64_t c0 = 0; c0 < L; c0 += block)
         gemm(L - c0, std::min(block, L - c0), n, 1.0f, rows(a + c0 * n, n), transposed(b + c0 * n, n), false,
              c + c0 * L + c0, L, pack);
@@ -100,9 +102,9 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
     exp_to_float(gam_last, w.gl.data(), gw);
     exp_to_float(w.gam.data(), w.e.data(), L * gw);
     // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel. chunk_plan keeps every
-    // channel's prefix sums in [-60, 0] inside a chunk of more than one token, so exp(gam) is a
-    // normal float and exp(-gam) = 1 / exp(gam) <= e^60 is finite: a division (within 1.5 ulp of
-    // exp(-gam)) instead of a second exp per element. GDA: one exp per pair and per row, so that
+    // channel's prefix sums and the 0 they start from within a span of 60 inside a chunk of more
+    // than one token, so |gam| <= 60, exp(gam) is a normal float and exp(-gam) = 1 / exp(gam) is
+    // finite: a division (within 1.5 ulp of exp(-gam)) instead of a second exp per element. GDA: one exp per pair and per row, so that
     // no entry's bits depend on another token's gate (a +Inf gate at token t leaves earlier
     // tokens exact).
     if (w.kda && L > 1) {
@@ -169,8 +171,8 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
             lower_product(L, Sk, w.kg(L), w.kinv.data(), M, w.pack.data());
             if (with_q) lower_product(L, Sk, w.qg(), w.kinv.data(), P, w.pack.data());
         }
-        // Zeros above the diagonal by assignment (nothing was computed there), M's diagonal too;
-        // P's diagonal exactly q_r . k_r (no gate).
+        // Zeros above the diagonal by assignment (lower_product leaves the diagonal blocks' upper
+        // parts there, possibly huge), M's diagonal too; P's diagonal exactly q_r . k_r (no gate).
         clear_upper(M, L, true);
         if (with_q) {
             clear_upper(P, L, false);
@@ -192,7 +194,7 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     constexpr int64_t block = 16;
     for (int64_t r0 = 0; r0 < L; r0 += block) {
         const int64_t r1 = std::min(L, r0 + block);
-        gemm(r1 - r0, Sv, r0, -1.0f, rows(M + r0 * L, L), rows(Dm, Sv), 1.0f, R + r0 * Sv, Sv, w.pack.data());
+        if (r0 > 0) gemm(r1 - r0, Sv, r0, -1.0f, rows(M + r0 * L, L), rows(Dm, Sv), 1.0f, R + r0 * Sv, Sv, w.pack.data());
         for (int64_t r = r0; r < r1; ++r) {
             add_rows(-1.0f, M + r * L + r0, 1, r - r0, Dm + r0 * Sv, Sv, R + r * Sv, Sv);
             scale_rows(R + r * Sv, w.beta.data() + r, 1, Sv, 1, Dm + r * Sv);
@@ -211,9 +213,9 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
 
 namespace {
 
-// Every cache line of [p, p + bytes): a row that does not start on a line boundary (a buffer
-// from malloc starts 16 bytes into one) spans one line more than its length in lines, and
-// reading that last line would wait on memory.
+// Every cache line of [p, p + bytes): a row that does not start on a line boundary (malloc
+// aligns to 16 bytes, not 64) can span one line more than its length in lines, and reading that
+// last line would wait on memory.
 void prefetch_lines(const char *p, int64_t bytes) {
     constexpr uintptr_t line = 64;
     const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(line - 1), end = reinterpret_cast<uintptr_t>(p) + bytes;

@@ -14,8 +14,9 @@
 // GDA: exp(gam_r - gam_s) is one scalar per pair (the matrix `gam_mat`, one exp per pair s < r),
 // so Q K^T and K K^T are computed once per chunk for the whole group and only masked and scaled
 // per unit.
-// KDA: exp(gam_ri - gam_si) = exp(gam_ri) * exp(-gam_si) per channel (Kinv = K o exp(-gam)), which
-// chunk_plan keeps finite by bounding the span of gam inside a chunk.
+// KDA: exp(gam_ri - gam_si) = exp(gam_ri) * exp(-gam_si) per channel (Kinv = K o exp(-gam), with
+// exp(-gam) taken as 1 / exp(gam)), which chunk_plan keeps finite by bounding the span of gam
+// inside a chunk.
 //
 // States are Sk x Sv row-major here (S[i][j] at i*Sv + j); memory holds the transpose.
 #pragma once
@@ -32,22 +33,22 @@ struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
 
-    // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, on and below
-    // the diagonal: group_gram), in
-    // `gram` or wherever gram_view points (the split backward keeps a segment's grams per group).
+    // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, read on and
+    // below the diagonal only: group_gram), in `gram` or wherever gram_view points (the split
+    // backward keeps a segment's grams per group).
     std::vector<float> qk_rows, gram;
     const float *gram_view = nullptr;
     // One unit's chunk.
     std::vector<float> beta;              // L
     std::vector<double> gam;              // L x gw prefix sums
-    std::vector<double> exp_arg;          // L x max(L, gw): arguments of one batch of exp
-    std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), exp(-gam); gw: exp(gam_L)
+    std::vector<double> exp_arg;          // arguments of one batch of exp (GDA: L x L, KDA: gw)
+    std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), KDA (L > 1) 1 / exp(gam); gw: exp(gam_L)
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
     std::vector<float> qkg;               // 2L x Sk: Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // L x Sk
-    std::vector<float> p, m, a;           // L x L
-    std::vector<float> coef;              // L x L: scratch of the inversion
-    std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0)
+    std::vector<float> p, m;              // L x L
+    std::vector<float> a, coef;           // L x L: A and the inversion's scratch (the backward's reverse walk only)
+    std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, after solve_deltas R - M Dm)
     std::vector<float> pack;              // GEMM packing
 
     void resize(const Dims &d, int64_t max_chunk);
@@ -70,7 +71,9 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
                      int64_t L, bool with_q, ChunkScratch &w);
 
 // c (L x L, leading dimension L) = A B^T for row-major L x n blocks A and B, on and below the
-// diagonal only (all the chunk math reads of such products); nothing above is written.
+// diagonal (all the chunk math reads of such products): in column blocks, each block's rows from
+// its first column down, so above the diagonal only the diagonal blocks are written (callers
+// must not read there).
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack);
 
 // GDA: the gram of the loaded rows into out (2L x L): Q K^T then K K^T, their lower triangles

@@ -2,7 +2,8 @@
 // of a few hundred rows and columns at most (64x128x128 is the typical call).
 //
 // A and B are read through Mat views, so the transposes the chunk math needs (K^T D, D S^T, ...)
-// cost no copies of A. B is packed into a zero-padded column panel per call; A is read in place.
+// cost no copies of A. A is read in place; B's column panels are packed (zero-padded), except a
+// row-major B read by few row tiles or too wide for half of L1, read in place.
 // The kernel is chosen once at run time from the host's ISA (x86-64: AVX-512, AVX2+FMA, or SSE2;
 // AArch64: NEON), so one binary runs on every host of its target and every thread uses the same
 // kernel (same bits for any thread count).
@@ -27,6 +28,10 @@ void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_sc
           float *pack);
 
 int64_t gemm_pack_floats(int64_t k);
+
+// Columns of C one micro-tile covers in the kernel in use (16 for AVX2, 64 for AVX-512): callers
+// that cut a product into column blocks keep them multiples of it.
+int64_t gemm_panel_width();
 
 // The kernel in use: "avx512", "avx2" or "sse2" on x86-64, "neon" on AArch64, "generic" elsewhere.
 const char *gemm_isa();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/chunk_core.h"
 #include "cpu/gemm.h"
 
 namespace {
@@ -81,6 +82,36 @@ TEST(CpuGemm, PackedAndInPlacePanelsGiveTheSameBits) {
                 << isa << " k=" << k;
             ASSERT_NE(0, std::memcmp(whole.data(), c0.data(), sizeof(float) * whole.size()));
         }
+    }
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
+}
+
+// lower_product is the full A B^T on and below the diagonal, bit for bit (each entry the same sum
+// in the same order), and writes nothing above the diagonal outside its diagonal blocks.
+TEST(CpuGemm, LowerProductIsTheFullProductsLowerTriangle) {
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> u(-1, 1);
+    const float sentinel = 1234.5f;
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        const int64_t block = std::max<int64_t>(32, gdn::cpu::gemm_panel_width());
+        for (int64_t L : {1, 17, 33, 64})
+            for (int64_t n : {7, 128}) {
+                std::vector<float> a(L * n), b(L * n), full(L * L), lower(L * L, sentinel), pack(gdn::cpu::gemm_pack_floats(n));
+                for (float &x : a) x = u(rng);
+                for (float &x : b) x = u(rng);
+                gdn::cpu::gemm(L, L, n, 1.0f, gdn::cpu::rows(a.data(), n), gdn::cpu::transposed(b.data(), n), 0.0f,
+                               full.data(), L, pack.data());
+                gdn::cpu::lower_product(L, n, a.data(), b.data(), lower.data(), pack.data());
+                for (int64_t r = 0; r < L; ++r)
+                    for (int64_t s = 0; s < L; ++s) {
+                        if (s <= r) {
+                            ASSERT_EQ(lower[r * L + s], full[r * L + s]) << isa << " L " << L << " r " << r << " s " << s;
+                        } else if (r < s / block * block) {
+                            ASSERT_EQ(lower[r * L + s], sentinel) << isa << " L " << L << " r " << r << " s " << s;
+                        }
+                    }
+            }
     }
     ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
 }

@@ -1,6 +1,7 @@
 // The element-wise kernels of cpu/chunk_vector.h against plain double arithmetic: exp_to_float
 // over its whole range (the reduction, the polynomial, the 2^k built from bits, the clamps and
-// NaN), add_rows against a sequence of axpy calls, on lengths around the vector widths.
+// NaN), add_rows against a sequence of axpy calls, on lengths around the vector widths; the
+// masked triangles, the gate prefix sums, and exp(-x) as 1 / exp(x) where KDA takes it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/chunk_plan.h"
 #include "cpu/chunk_vector.h"
 
 namespace {
@@ -101,6 +103,49 @@ TEST(CpuVector, TrianglesTakeOnlyTheirOwnEntries) {
                     EXPECT_EQ(cleared[r * L + s], kept ? gram[r * L + s] : 0.0f) << "L " << L << " r " << r << " s " << s;
                 }
         }
+    }
+}
+
+// KDA takes exp(-gam) as 1 / exp(gam) for |gam| <= 60 (chunk_plan's span limit): within 1.5 ulp
+// of the rounded exp(-gam) (the exp is within 1 ulp, the division adds half of one).
+TEST(CpuVector, ReciprocalOfExpIsWithinOneAndAHalfUlpOfExpOfMinusX) {
+    std::vector<double> x, minus_x;
+    for (double v = -gdn::cpu::kda_span_limit; v <= gdn::cpu::kda_span_limit; v += 0.0137) {
+        x.push_back(v);
+        minus_x.push_back(-v);
+    }
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<float> e(n), inv(n);
+    gdn::cpu::exp_to_float(x.data(), e.data(), n);
+    gdn::cpu::reciprocal(e.data(), inv.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(std::isnormal(inv[i])) << "x = " << x[i];
+        const double want = std::exp(minus_x[i]);
+        const float below = std::nextafter(static_cast<float>(want), 0.0f);
+        const double ulp = static_cast<double>(static_cast<float>(want)) - below;  // one float ulp near want
+        EXPECT_LE(std::fabs(inv[i] - want), 1.5 * ulp) << "x = " << x[i];
+    }
+}
+
+// One row of gate prefix sums: prev + the clamped gate, in double; no previous row is 0; a NaN
+// gate stays NaN and -inf is clamped to the floor (so later differences stay numbers).
+TEST(CpuVector, AddGatesClampsAndKeepsNaN) {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> gate = {-0.25f, -inf, nan, 0.5f, -3.0e4f, -1.0e-3f, 0.0f, -7.0f, -2.0f};
+    const int64_t n = static_cast<int64_t>(gate.size());
+    std::vector<double> prev(n), first(n), next(n);
+    for (int64_t i = 0; i < n; ++i) prev[i] = 0.5 * i - 1.0;
+    gdn::cpu::add_gates(nullptr, gate.data(), first.data(), n);
+    gdn::cpu::add_gates(prev.data(), gate.data(), next.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = gate[i];
+        if (std::isnan(g)) {
+            EXPECT_TRUE(std::isnan(first[i]) && std::isnan(next[i]));
+            continue;
+        }
+        const double clamped = g < gdn::cpu::gate_floor ? gdn::cpu::gate_floor : g;
+        EXPECT_EQ(first[i], clamped) << i;
+        EXPECT_EQ(next[i], prev[i] + clamped) << i;
     }
 }
 

@@ -136,7 +136,9 @@ Peak measure_peak(int threads, double seconds) {
     run_threads(fma, p.threads, 0.05);  // wake the cores
     // The best of several windows: the peak is a ceiling, and a window in which a core was lent
     // to something else (a shared or virtual machine) reads low, which would inflate every
-    // "% of peak" of the run (seen here: one 0.3 s window at half the usual rate).
+    // "% of peak" of the run (seen here: one 0.3 s window at half the usual rate). Each thread's
+    // rate is over its own interval, so threads that did not overlap still add up to every
+    // core's rate; an overstatement, if any, lowers the percentages, never raises them.
     constexpr int windows = 6;
     for (int i = 0; i < windows; ++i)
         p.gflops = std::max(p.gflops, run_threads(fma, p.threads, seconds / windows) / 1e9);
