@@ -104,9 +104,9 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
     // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel. chunk_plan keeps every
     // channel's prefix sums and the 0 they start from within a span of 60 inside a chunk of more
     // than one token, so |gam| <= 60, exp(gam) is a normal float and exp(-gam) = 1 / exp(gam) is
-    // finite: a division (within 1.5 ulp of exp(-gam)) instead of a second exp per element. GDA: one exp per pair and per row, so that
-    // no entry's bits depend on another token's gate (a +Inf gate at token t leaves earlier
-    // tokens exact).
+    // finite: a division (within 1.5 ulp of exp(-gam)) instead of a second exp per element.
+    // GDA: one exp per pair and per row, so that no entry's bits depend on another token's gate
+    // (a +Inf gate at token t leaves earlier tokens exact).
     if (w.kda && L > 1) {
         reciprocal(w.e.data(), w.einv.data(), L * gw);
         for (int64_t r = 0; r < L; ++r)
@@ -189,8 +189,8 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data());
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
     // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
-    // then the rows before them inside the block one by one. The same operations in the same order
-    // as trmm(StrictlyLower, -1, M, Dm) onto R, whose result R - M Dm stays in r.
+    // then the rows before them inside the block one by one (only M's strict lower triangle is
+    // read). What is left in r is R - M Dm.
     constexpr int64_t block = 16;
     for (int64_t r0 = 0; r0 < L; r0 += block) {
         const int64_t r1 = std::min(L, r0 + block);
@@ -254,7 +254,7 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
         // The diagonal block, entry by entry inside the triangle.
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t s0 = tri == Tri::Upper ? r : r0;
-            const int64_t s1 = tri == Tri::Upper ? r1 : (tri == Tri::Lower ? r + 1 : r);
+            const int64_t s1 = tri == Tri::Upper ? r1 : r + 1;
             add_rows(alpha, t.p + r * t.row_stride + s0 * t.col_stride, t.col_stride, s1 - s0, b + s0 * ldb, ldb,
                      c + r * ldc, n);
         }

@@ -109,7 +109,7 @@ void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
 // (r, s) inside the triangle are read or multiplied: the structural zeros are skipped, not
 // multiplied, so a NaN or Inf in row s of B reaches exactly the rows that depend on it (SPEC 6:
 // a value planted at token t must not reach earlier tokens through 0 * NaN).
-enum class Tri { Lower, StrictlyLower, Upper };
+enum class Tri { Lower, Upper };
 void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
           int64_t ldc, float *pack);
 
