@@ -2,12 +2,16 @@
 // perf cases: Qwen3.5-27B at T = 1, 512, 4096 with q/k/v as views into the packed conv buffer,
 // Qwen3-Next-80B at T = 4096, a KDA case): "auto" is the backend's own choice (chunked, per-token
 // at decoding sizes), "per_token" forces the per-token form (chunk_size = 1); and the crossover
-// between the two at T = 1 .. 64 ("crossover/.../chunked" forces chunk_size = 64).
+// between the two at T = 1 .. 64 ("crossover/.../chunked" forces chunk_size = 64); and decoding
+// (T = 1) with 3, 12 and 48 value heads ("decode/"), whose states (in and out) fit L2, fit L3, or
+// are the 27B layer's 3 MiB each: the rate at which the state streams, against the level it
+// lives in.
 //
 //   gdn_bench [--threads=N] [google benchmark flags, e.g. --benchmark_repetitions=5]
 //
 // Counters: GFLOP/s on the canonical count (SPEC section 8: 8*Sk*Sv forward, 24*Sk*Sv backward
-// per token and value head), tokens/s, workspace_MiB.
+// per token and value head), tokens/s, workspace_MiB; forward cases of up to 16 tokens also
+// state_GB/s (the states read and written per second).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -69,6 +73,9 @@ void bench_case(benchmark::State &state, const Case &c, int chunk) {
     const double tokens = static_cast<double>(c.shape.T * c.shape.B);
     state.counters["GFLOP/s"] = benchmark::Counter(c.canonical_flops() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
+    if (c.op == Op::Forward && c.shape.T <= 16)
+        state.counters["state_GB/s"] =
+            benchmark::Counter(c.forward_state_bytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["workspace_MiB"] =
         static_cast<double>(gdn_context_workspace_bytes(f.session->context())) / (1 << 20);
 }
@@ -118,6 +125,16 @@ int main(int argc, char **argv) {
                 ->UseRealTime()
                 ->MeasureProcessCPUTime()
             ->ComputeStatistics("min", fastest);
+    // Decoding with the 27B layer's key/value head ratio and fewer heads: 2 x 192 KiB of state
+    // (L2), 2 x 768 KiB, 2 x 3 MiB.
+    for (int64_t heads : {3, 12, 48})
+        for (const Case &c : model_cases("", 128, 128, heads / 3, heads, {1}, "decode"))
+            if (c.op == Op::Forward)
+                benchmark::RegisterBenchmark(("decode/" + short_label(c)).c_str(), bench_case, c, 0)
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseRealTime()
+                    ->MeasureProcessCPUTime()
+                    ->ComputeStatistics("min", fastest);
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
