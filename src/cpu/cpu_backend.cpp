@@ -27,6 +27,7 @@
 #include "cpu/backward_schedule.h"
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
+#include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "cpu/token_forward.h"
 #include "math/token_driver.h"
@@ -36,8 +37,15 @@ namespace {
 
 using cpu::BackwardLayout;
 
-constexpr int64_t default_chunk_gda = 64;
-constexpr int64_t default_chunk_kda = 64;
+// The default chunk length, at least one GEMM kernel panel (AVX-512: 64 columns) so that the
+// L x L products fill whole panels. Measured on AVX2 (16-column panels; docs/PERF.md, "Chunk
+// length"), 32 tokens against 64: forward 0.93-0.99 of the time, KDA backward 0.84-0.92 (its
+// L x L products are per unit, not per group); the GDA backward 0.96-1.05, where 32 would
+// double its checkpoints (a state per chunk and unit), so it keeps 64. 16 is slower again.
+int64_t default_chunk(bool backward, bool kda) {
+    return std::max<int64_t>(backward && !kda ? 64 : 32, cpu::gemm_panel_width());
+}
+
 // Up to this many tokens the per-token form is at least as fast (measured: docs/PERF.md; the
 // chunked backward is already as fast at T = 1).
 constexpr int64_t per_token_max_tokens_forward = 16;
@@ -61,7 +69,7 @@ public:
         const std::vector<const ForwardArgs *> calls = split_sequences(packed, forward_calls_);
         const Dims widest = longest(calls);
         const int threads = pool_.size();
-        const int64_t max_chunk = chunk_length(widest);
+        const int64_t max_chunk = chunk_length(widest, false);
         const int64_t units = widest.value_heads_per_key_head() * widest.sequences_per_qk_sequence();
         // Work items: a per-token unit (b, h) of a short call, or a slice of a group of a chunked
         // one. Fewer groups than threads: split each group's units into slices so every thread works.
@@ -135,7 +143,7 @@ public:
             });
             return {};
         }
-        const int64_t max_chunk = chunk_length(widest);
+        const int64_t max_chunk = chunk_length(widest, true);
         plan(calls, max_chunk);
         BackwardLayout widest_layout;
         for (const WorkItem &item : items_)
@@ -187,7 +195,7 @@ public:
                 cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward);
             return {};
         }
-        const int64_t max_chunk = chunk_length(d), slices = forward_slices(d, nth), items = d.Bq * d.Hk * slices;
+        const int64_t max_chunk = chunk_length(d, false), slices = forward_slices(d, nth), items = d.Bq * d.Hk * slices;
         const int64_t begin = cpu::share_begin(items, ith, nth), end = cpu::share_begin(items, ith + 1, nth);
         s.plan_groups(d, *a.g, max_chunk, begin / slices, (end + slices - 1) / slices);
         s.forward.resize(d, max_chunk);
@@ -208,7 +216,7 @@ public:
                 token::backward_group(a, group / d.Hk, group % d.Hk, s.token_backward);
             return {};
         }
-        const int64_t max_chunk = chunk_length(d);
+        const int64_t max_chunk = chunk_length(d, true);
         s.plan_groups(d, *a.g, max_chunk, begin, end);
         s.backward.resize(d, max_chunk);
         s.group_backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk), false);
@@ -272,8 +280,8 @@ private:
         return chunk_size_ == 1 || (chunk_size_ == 0 && d.T <= max_tokens);
     }
 
-    int64_t chunk_length(const Dims &d) const {
-        const int64_t c = chunk_size_ > 1 ? chunk_size_ : (d.gate_width == 1 ? default_chunk_gda : default_chunk_kda);
+    int64_t chunk_length(const Dims &d, bool backward) const {
+        const int64_t c = chunk_size_ > 1 ? chunk_size_ : default_chunk(backward, d.gate_width != 1);
         return std::min(c, d.T);
     }
 

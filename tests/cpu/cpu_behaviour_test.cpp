@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "case.h"
@@ -145,28 +146,31 @@ TEST(CpuInPlace, StatesMayBeTheInitialState) {
     }
 }
 
-uint64_t workspace_after(const Case &c) {
-    BackendSession cpu({"CPU", "cpu", 0}, 1);
+uint64_t workspace_after(const Case &c, int chunk) {
+    BackendSession cpu({"CPU", "cpu", 0}, 1, chunk);
     TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
     EXPECT_EQ(run_case(c, inputs, cpu).status, GDN_OK);
     return gdn_context_workspace_bytes(cpu.context());
 }
 
 TEST(CpuWorkspace, GrowsWithTokensOverChunkNotTokensTimesState) {
-    // One unit, Sk = Sv = 64, chunk 64. Doubling T from 1024 to 2048 may add, per extra chunk,
-    // one checkpointed state (backward only) and, per extra token, one chunk-plan entry
-    // (8 bytes): nothing that scales with T * Sk * Sv. Storing every state at T = 2048 would
-    // take 32 MiB; the whole workspace must stay under 1/16 of that.
+    // One unit, Sk = Sv = 64, chunks of 32 and 64 tokens (the defaults on AVX2 and AVX-512).
+    // Doubling T from 1024 to 2048 may add, per extra chunk, one checkpointed state (backward
+    // only) and, per extra token, one chunk-plan entry (8 bytes): nothing that scales with
+    // T * Sk * Sv. Storing every state at T = 2048 would take 32 MiB; the whole workspace must
+    // stay under 1/16 of that.
     const uint64_t state_bytes = 64 * 64 * sizeof(float);
-    for (Op op : {Op::Forward, Op::Backward}) {
-        const uint64_t small = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 1024, 1, 1, 1}));
-        const uint64_t large = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 2048, 1, 1, 1}));
-        const uint64_t extra_chunks = 1024 / 64;
-        const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * state_bytes : 0);
-        EXPECT_GT(small, 0u);
-        EXPECT_LE(large - small, allowed) << (op == Op::Forward ? "forward" : "backward");
-        EXPECT_LE(large, 2048 * state_bytes / 16) << (op == Op::Forward ? "forward" : "backward");
-    }
+    for (int chunk : {32, 64})
+        for (Op op : {Op::Forward, Op::Backward}) {
+            SCOPED_TRACE((op == Op::Forward ? "forward, chunk " : "backward, chunk ") + std::to_string(chunk));
+            const uint64_t small = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 1024, 1, 1, 1}), chunk);
+            const uint64_t large = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 2048, 1, 1, 1}), chunk);
+            const uint64_t extra_chunks = 1024 / chunk;
+            const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * state_bytes : 0);
+            EXPECT_GT(small, 0u);
+            EXPECT_LE(large - small, allowed);
+            EXPECT_LE(large, 2048 * state_bytes / 16);
+        }
 }
 
 TEST(CpuNumerics, MinusInfinityGatesStayFinite) {
