@@ -3,9 +3,9 @@
 // Qwen3-Next-80B at T = 4096, a KDA case): "auto" is the backend's own choice (chunked, per-token
 // at decoding sizes), "per_token" forces the per-token form (chunk_size = 1); and the crossover
 // between the two at T = 1 .. 64 ("crossover/.../chunked" forces chunk_size = 64); and decoding
-// (T = 1) with 3, 12 and 48 value heads ("decode/"), whose states (in and out) fit L2, fit L3, or
-// are the 27B layer's 3 MiB each: the rate at which the state streams, against the level it
-// lives in.
+// (T = 1) with 3, 12 and 48 value heads ("decode/"): states of 192 KiB, 768 KiB and 3 MiB (the
+// 27B layer's), read and written once each, so that state_GB/s can be compared across the cache
+// levels the states fit in.
 //
 //   gdn_bench [--threads=N] [google benchmark flags, e.g. --benchmark_repetitions=5]
 //
@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
                 ->MeasureProcessCPUTime()
             ->ComputeStatistics("min", fastest);
     // Decoding with the 27B layer's key/value head ratio and fewer heads: 2 x 192 KiB of state
-    // (L2), 2 x 768 KiB, 2 x 3 MiB.
+    // (in L2 on a 512 KiB L2), 2 x 768 KiB, 2 x 3 MiB.
     for (int64_t heads : {3, 12, 48})
         for (const Case &c : model_cases("", 128, 128, heads / 3, heads, {1}, "decode"))
             if (c.op == Op::Forward)

@@ -40,8 +40,9 @@ using cpu::BackwardLayout;
 // The default chunk length, at least one GEMM kernel panel (AVX-512: 64 columns) so that the
 // L x L products fill whole panels. Measured on AVX2 (16-column panels; docs/PERF.md, "Chunk
 // length"), 32 tokens against 64: forward 0.93-0.99 of the time, KDA backward 0.84-0.92 (its
-// L x L products are per unit, not per group); the GDA backward 0.96-1.05, where 32 would
-// double its checkpoints (a state per chunk and unit), so it keeps 64. 16 is slower again.
+// L x L products are per unit, not per group). A backward keeps a state per chunk and unit, so
+// 32 doubles those checkpoints: worth it for KDA, not for the GDA backward (0.96-1.05), which
+// keeps 64. 16 is no faster than 32.
 int64_t default_chunk(bool backward, bool kda) {
     return std::max<int64_t>(backward && !kda ? 64 : 32, cpu::gemm_panel_width());
 }

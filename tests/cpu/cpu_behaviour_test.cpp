@@ -74,7 +74,7 @@ TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
     // whole groups per worker; 3, 8 and 13 (more threads than units) run the units split over
     // workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
     // snapshots and their d_states; chunk 16 cuts T = 150 into more chunks than checkpoints
-    // (segments of 2 chunks, replayed), chunk 0 into 3 chunks of 64. Then packed sequences.
+    // (segments of 2 chunks, replayed), chunk 0 into chunks of the default length. Then packed sequences.
     for (int threads : {3, 8, 13}) EXPECT_TRUE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
     for (int threads : {1, 2, 5}) EXPECT_FALSE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
     for (bool kda : {false, true})
@@ -154,18 +154,18 @@ uint64_t workspace_after(const Case &c, int chunk) {
 }
 
 TEST(CpuWorkspace, GrowsWithTokensOverChunkNotTokensTimesState) {
-    // One unit, Sk = Sv = 64, chunks of 32 and 64 tokens (the defaults on AVX2 and AVX-512).
-    // Doubling T from 1024 to 2048 may add, per extra chunk, one checkpointed state (backward
-    // only) and, per extra token, one chunk-plan entry (8 bytes): nothing that scales with
-    // T * Sk * Sv. Storing every state at T = 2048 would take 32 MiB; the whole workspace must
-    // stay under 1/16 of that.
+    // One unit, Sk = Sv = 64, chunks of 32 and 64 tokens and the backend's default (0: at least
+    // 32). Doubling T from 1024 to 2048 may add, per extra chunk, one checkpointed state
+    // (backward only) and, per extra token, one chunk-plan entry (8 bytes): nothing that scales
+    // with T * Sk * Sv. Storing every state at T = 2048 would take 32 MiB; the whole workspace
+    // must stay under 1/16 of that.
     const uint64_t state_bytes = 64 * 64 * sizeof(float);
-    for (int chunk : {32, 64})
+    for (int chunk : {32, 64, 0})
         for (Op op : {Op::Forward, Op::Backward}) {
             SCOPED_TRACE((op == Op::Forward ? "forward, chunk " : "backward, chunk ") + std::to_string(chunk));
             const uint64_t small = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 1024, 1, 1, 1}), chunk);
             const uint64_t large = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 2048, 1, 1, 1}), chunk);
-            const uint64_t extra_chunks = 1024 / chunk;
+            const uint64_t extra_chunks = 1024 / (chunk > 0 ? chunk : 32);
             const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * state_bytes : 0);
             EXPECT_GT(small, 0u);
             EXPECT_LE(large - small, allowed);

@@ -5,7 +5,7 @@
 // bandwidth at the same size and thread count, measured in the same worker just before.
 // The peak is measured once at the start and again, briefly, before each host case; a case's
 // percentage is of the higher of the two (`peak_GFLOP/s`): on a shared or virtual machine a core
-// can be taken away for the whole start-up measurement, which would halve the peak and double
+// can be taken away for the whole start-up measurement, which would lower the peak and inflate
 // every percentage of the run.
 #include <algorithm>
 #include <chrono>
@@ -134,9 +134,11 @@ int run_perf(const Options &o) {
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, false, backends)) return 2;
     const Peak peak = measure_peak(o.threads);
-    char head[160];
-    std::snprintf(head, sizeof head, "Peak F32 FMA on this machine: %.1f GFLOP/s (%s, %d thread%s)", peak.gflops, peak.isa,
-                  peak.threads, peak.threads == 1 ? "" : "s");
+    char head[200];
+    std::snprintf(head, sizeof head,
+                  "Peak F32 FMA on this machine: %.1f GFLOP/s (%s, %d thread%s; measured again before each host "
+                  "case: peak_GFLOP/s)",
+                  peak.gflops, peak.isa, peak.threads, peak.threads == 1 ? "" : "s");
     report.say(head);
     report.add({"host", "peak", "perf", Verdict::Info, peak.isa, {{"gflops", peak.gflops}, {"threads", peak.threads}}});
     const std::vector<testkit::Case> cases = select_cases(o);

@@ -174,9 +174,9 @@ void edge_group(std::vector<Case> &out) {
         s.K = 4;
         add_both_ops(out, edge(s));
     }
-    // Snapshots on the chunked forms (T > 4), against the default chunk length of 64: more slots
-    // than a chunk has tokens; more slots than tokens; the earliest slot exactly at the end of the
-    // first chunk (T = 128, K = 65: slot 64 is the state after token 63) and one token past it.
+    // Snapshots on the chunked forms (T > 4), against default chunk lengths of 32 and 64: more
+    // slots than a chunk has tokens; more slots than tokens; the earliest slot exactly at the end
+    // of a chunk (T = 128, K = 65: slot 64 is the state after token 63) and one token past it.
     for (auto [T, K] : {std::pair<int64_t, int64_t>{200, 100}, {65, 70}, {128, 65}, {128, 64}})
         for (bool kda : {false, true}) {
             Shape s = base;

@@ -2,7 +2,7 @@
 //
 // F32 rounds each operation to u = 2^-24 = 6e-8. A value built from n roundings with random
 // signs carries a relative error of about sqrt(n) u. A chunked output is a dot product of
-// length Sk over a state that went through a chunk of C = 64 rank-C updates per chunk step:
+// length Sk over a state that went through a chunk of up to C = 64 rank-C updates per chunk step:
 // n ~ Sk * C = 8192 at the 27B shape, sqrt(n) u ~ 5e-6, an NMSE of ~3e-11. The forward limit is
 // 3x that estimate; the backward gets 10x more for its longer chains (the dS carry, the
 // triangular solve and its adjoint, and the decay gradient dg, a sum whose terms cancel). The
