@@ -73,7 +73,7 @@ void bench_case(benchmark::State &state, const Case &c, int chunk) {
     const double tokens = static_cast<double>(c.shape.T * c.shape.B);
     state.counters["GFLOP/s"] = benchmark::Counter(c.canonical_flops() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
-    if (c.op == Op::Forward && c.shape.T <= 16)
+    if (c.state_bound())
         state.counters["state_GB/s"] =
             benchmark::Counter(c.forward_state_bytes() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["workspace_MiB"] =

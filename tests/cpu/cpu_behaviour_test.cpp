@@ -74,7 +74,8 @@ TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
     // whole groups per worker; 3, 8 and 13 (more threads than units) run the units split over
     // workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
     // snapshots and their d_states; chunk 16 cuts T = 150 into more chunks than checkpoints
-    // (segments of 2 chunks, replayed), chunk 0 into chunks of the default length. Then packed sequences.
+    // (segments of 2 chunks, replayed), chunk 0 into chunks of the default length. Then packed
+    // sequences.
     for (int threads : {3, 8, 13}) EXPECT_TRUE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
     for (int threads : {1, 2, 5}) EXPECT_FALSE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
     for (bool kda : {false, true})
@@ -163,8 +164,10 @@ TEST(CpuWorkspace, GrowsWithTokensOverChunkNotTokensTimesState) {
     for (int chunk : {32, 64, 0})
         for (Op op : {Op::Forward, Op::Backward}) {
             SCOPED_TRACE((op == Op::Forward ? "forward, chunk " : "backward, chunk ") + std::to_string(chunk));
-            const uint64_t small = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 1024, 1, 1, 1}), chunk);
-            const uint64_t large = workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, 2048, 1, 1, 1}), chunk);
+            auto workspace_at = [&](int64_t T) {
+                return workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, T, 1, 1, 1}), chunk);
+            };
+            const uint64_t small = workspace_at(1024), large = workspace_at(2048);
             const uint64_t extra_chunks = 1024 / (chunk > 0 ? chunk : 32);
             const uint64_t allowed = 1024 * sizeof(int64_t) + (op == Op::Backward ? extra_chunks * state_bytes : 0);
             EXPECT_GT(small, 0u);

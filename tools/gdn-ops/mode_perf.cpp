@@ -29,9 +29,6 @@ double process_cpu_seconds() {
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Forward cases up to this many tokens report the state traffic against memcpy's bandwidth.
-constexpr int64_t kStateBoundTokens = 16;
-
 // Runs in the worker: times one case on one backend.
 class PerfRunner final : public ItemRunner {
 public:
@@ -70,10 +67,10 @@ public:
         // The state's bandwidth ceiling, measured before the case runs (so that its buffers, not
         // the copy's, are the ones in cache when it is timed).
         const double state_bytes = c.forward_state_bytes();
-        const bool state_bound = c.op == testkit::Op::Forward && c.shape.T <= kStateBoundTokens &&
-                                 session->memory().is_host() && state_bytes > 0;
+        const bool state_bound = c.state_bound() && session->memory().is_host();
         const double copy_gbps = state_bound ? measure_copy_gbps(o_.threads, static_cast<int64_t>(state_bytes / 2)) : 0;
-        const double peak = session->memory().is_host() ? std::max(peak_.gflops, measure_peak(o_.threads, 0.12).gflops) : 0;
+        const double peak =
+            session->memory().is_host() ? std::max(peak_.gflops, measure_peak(o_.threads, 0.12).gflops) : 0;
         gdn_status status = call();  // warm-up: workspace, caches, clocks
         session->memory().synchronize();
         std::vector<double> times, cpu_times;

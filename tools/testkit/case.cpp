@@ -83,6 +83,8 @@ double Case::canonical_flops() const {
     return per * shape.Hv * shape.T * shape.B;
 }
 
+bool Case::state_bound() const { return op == Op::Forward && shape.T <= 16 && forward_state_bytes() > 0; }
+
 double Case::forward_state_bytes() const {
     const double state = sizeof(float) * static_cast<double>(shape.Sk * shape.Sv * shape.Hv * state_sequences());
     const int64_t slots = std::min(shape.K, shape.T);  // packed: the slots of sequences at least K long

@@ -49,6 +49,8 @@ struct Case {
     // Bytes of recurrent state a forward call reads (the initial states, when s0) and writes (the
     // snapshot slots among its last K tokens): what bounds decoding, where the arithmetic is small.
     double forward_state_bytes() const;
+    // A forward of up to 16 tokens that moves state: timed against the state's bandwidth too.
+    bool state_bound() const;
 };
 
 // N + 1 offsets from 0 to T (N <= T): a realistic mix of lengths, log-uniform between 1 and T
