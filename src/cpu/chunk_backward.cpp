@@ -102,7 +102,7 @@ void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, const float *dM, B
     if (L > 1)
         for (int64_t t = L - 1; t >= 1; --t)
             kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, w.acc.data(),
-                         w.pair.data() + t * gw);
+                         t + 1 < L ? w.pair.data() + (t + 1) * gw : nullptr, w.pair.data() + t * gw);
     for (int64_t r = 0; r < L; ++r) {
         w.dp_diag[r] = dP[r * L + r];
         dP[r * L + r] = 0.0f;

@@ -50,9 +50,11 @@ void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int6
 // -beta_r sum_{s < r0} M_rs A_s.
 void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const float *M, float *A);
 
-// acc[s][i] += (cp * qg[i] + cm * kg[i]) * kinv[s][i] for s < t: the per-channel pair terms of
-// the KDA gate gradient, row t; then pair[i] = sum_{s < t} acc[s][i].
+// Row t of the per-channel pair terms of the KDA gate gradient, rows taken from the last down:
+// X_ts[i] = (cp * qg[i] + cm * kg[i]) * kinv[s][i] for s < t is added to acc[s][i] (which then
+// holds the sum over rows r >= t), and pair[i] = sum_{s < t <= r} X_rs[i], from row t + 1's
+// pair_next (nullptr for the last row).
 void kda_pair_row(int64_t t, int64_t n, const float *dP_row, const float *dM_row, const float *qg, const float *kg,
-                  const float *kinv, double *acc, double *pair);
+                  const float *kinv, double *acc, const double *pair_next, double *pair);
 
 }  // namespace gdn::cpu
