@@ -15,7 +15,7 @@ namespace {
 // GCC's portable vectors: one AVX register, two SSE or NEON registers. Every clone adds the same
 // lanes in the same order, so a result depends only on the host's FMA, never on threads.
 typedef float Vec __attribute__((vector_size(kTokenLanes * sizeof(float))));
-static_assert(kTokenLanes == 8, "lane_sum below adds eight lanes");
+static_assert(kTokenLanes == 8, "lane_sums below adds eight lanes");
 
 #define GDN_INLINE inline __attribute__((always_inline))
 
@@ -27,12 +27,16 @@ GDN_INLINE Vec load(const float *p) {
 GDN_INLINE void store(float *p, Vec v) { std::memcpy(p, &v, sizeof v); }
 GDN_INLINE Vec splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
 
-// The eight lanes in a fixed tree: (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)).
-GDN_INLINE float lane_sum(Vec v) {
-    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
-    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5);
-    v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
-    return v[0];
+// Lane n < 4 of the result is the sum of the lanes of acc[n], every sum in one fixed tree:
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Four reductions share five shuffled adds.
+GDN_INLINE Vec pair_sums(Vec x, Vec y) {  // x0+x1, x2+x3, y0+y1, y2+y3, x4+x5, x6+x7, y4+y5, y6+y7
+    return __builtin_shufflevector(x, y, 0, 2, 8, 10, 4, 6, 12, 14) +
+           __builtin_shufflevector(x, y, 1, 3, 9, 11, 5, 7, 13, 15);
+}
+GDN_INLINE Vec lane_sums(const Vec (&acc)[kTokenGroup]) {
+    static_assert(kTokenGroup == 4, "four sums");
+    const Vec halves = pair_sums(pair_sums(acc[0], acc[1]), pair_sums(acc[2], acc[3]));
+    return halves + __builtin_shufflevector(halves, halves, 4, 5, 6, 7, 0, 1, 2, 3);
 }
 
 // Sk floats between a state column in memory and a padded column of the scratch, a vector at a
@@ -44,85 +48,190 @@ GDN_INLINE void copy_row(float *to, const float *from, int64_t n) {
     for (; i < n; ++i) to[i] = from[i];
 }
 
-// Columns j0 .. j0 + N - 1 of the state through every token of the block: token 0 reads them
-// from in[n], the last token writes them to out[n], and the tokens between run in work[n] (all
-// padded rows; in and out may be the same memory, each element is read before it is written).
-template <int N>
-GDN_INLINE void column_group(const TokenBlock &b, int64_t j0, const float *const (&in)[N], float *const (&work)[N],
-                             float *const (&out)[N]) {
+// Four columns of a state: column n at base + n * stride bytes.
+struct ColumnSet {
+    char *base;
+    int64_t stride;
+};
+
+// Column n of a set. Stride > 0: the stride is known at compile time (every set of the block has
+// it), so the loops below address a set's four columns as constant offsets of one register;
+// with a run-time stride GCC keeps a pointer per column and spills some of them.
+template <int64_t Stride>
+GDN_INLINE float *column(ColumnSet set, int n) {
+    return reinterpret_cast<float *>(set.base + n * (Stride > 0 ? Stride : set.stride));
+}
+
+// A token is two passes over a group's columns:
+//   first:  d_j = beta (v_j - c_j . (a o k))             (the columns are only read)
+//   second: c_j = a o c_j + d_j k;  o_j = scale c_j . q   (on the new column)
+// and the second needs every d_j of the group, so the passes of one token of one group cannot
+// overlap. So the first pass of the next step (another group, or the next token of another
+// group) runs inside the second pass of this one: one loop over the rows keeps two groups' eight
+// accumulator chains in flight and both FMA pipes busy, instead of a pass of four latency-bound
+// chains followed by a wait on its reduction.
+template <bool Finish, bool Start, int64_t Stride>
+GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, ColumnSet fin_src, ColumnSet fin_dst,
+                           const Vec (&delta)[kTokenGroup], Vec (&cq)[kTokenGroup], int64_t start_t,
+                           ColumnSet start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr) {
     const int64_t P = b.padded;
-    const float *src[N];
-    for (int n = 0; n < N; ++n) src[n] = in[n];
-    for (int64_t t = 0; t < b.tokens; ++t) {
-        float *const(&dst)[N] = t + 1 == b.tokens ? out : work;
-        const float *k = b.k + t * P, *q = b.q + t * P;
-        const float *a = b.per_channel ? b.decay + t * P : nullptr;
-        const Vec a_all = splat(b.per_channel ? 0.0f : b.decay[t]);
-        // d_j = beta (v_j - (a o c_j) . k): the columns are only read here.
-        Vec ck[N] = {};
-        for (int64_t i = 0; i < P; i += kTokenLanes) {
-            const Vec kv = load(k + i), av = a ? load(a + i) : a_all;
-            for (int n = 0; n < N; ++n) ck[n] += (load(src[n] + i) * av) * kv;
+    const float *k = b.k + fin_t * P, *q = b.q + fin_t * P, *a = b.decay + fin_t * P;
+    const float *ak = b.decayed_k + start_t * P;
+    for (int64_t i = 0; i < P; i += kTokenLanes) {
+        if (ahead) __builtin_prefetch(ahead + i / kTokenLanes * 64, 0, 2);  // a line per vector of the pass, to L2
+        if (Start) {
+            const Vec akv = load(ak + i);
+            for (int n = 0; n < kTokenGroup; ++n) ck[n] += load(column<Stride>(start_src, n) + i) * akv;
         }
-        Vec delta[N];
-        for (int n = 0; n < N; ++n) delta[n] = splat(b.beta[t] * (b.v[t][j0 + n] - lane_sum(ck[n])));
-        // c_j = a o c_j + d_j k, and o_j = scale c_j . q on the new column.
-        Vec cq[N] = {};
-        for (int64_t i = 0; i < P; i += kTokenLanes) {
-            const Vec kv = load(k + i), qv = load(q + i), av = a ? load(a + i) : a_all;
-            for (int n = 0; n < N; ++n) {
-                const Vec decayed = load(src[n] + i) * av;
-                const Vec updated = decayed + delta[n] * kv;
-                store(dst[n] + i, updated);
+        if (Finish) {
+            const Vec kv = load(k + i), qv = load(q + i), av = load(a + i);
+            for (int n = 0; n < kTokenGroup; ++n) {
+                const Vec updated = load(column<Stride>(fin_src, n) + i) * av + delta[n] * kv;
+                store(column<Stride>(fin_dst, n) + i, updated);
                 cq[n] += updated * qv;
             }
         }
-        if (b.out)
-            for (int n = 0; n < N; ++n) b.out[t][j0 + n] = b.scale * lane_sum(cq[n]);
-        if (b.snapshot[t].base)
-            for (int n = 0; n < N; ++n) copy_row(b.snapshot[t].column(j0 + n), dst[n], b.Sk);
-        for (int n = 0; n < N; ++n) src[n] = dst[n];
     }
 }
 
-// Where a group's columns come from and go: straight from and to the state's memory when its
-// columns are whole vectors (Sk a multiple of kTokenLanes), else through padded scratch rows.
-template <int N>
-GDN_INLINE void run_group(const TokenBlock &b, int64_t j0, StateColumns from, StateColumns to, float *scratch) {
-    const bool direct = b.padded == b.Sk;
-    const float *zeros = scratch + kTokenBlockColumns * b.padded;
-    const float *in[N];
-    float *work[N], *out[N];
-    for (int n = 0; n < N; ++n) {
-        work[n] = scratch + n * b.padded;
-        if (!direct) {
-            if (from.base) copy_row(work[n], from.column(j0 + n), b.Sk);
-            else std::memset(work[n], 0, sizeof(float) * b.Sk);
-            std::memset(work[n] + b.Sk, 0, sizeof(float) * (b.padded - b.Sk));  // zero times the zero pads of k, q
-            in[n] = out[n] = work[n];
+// The block's steps (a group of columns at a token) in the order they run: groups in pairs, the
+// pair's tokens interleaved (A0 B0 A1 B1 ...), so that every step but those of a lone last group
+// has another group's step beside it to fuse with. (Counters, not a division per step: the next
+// step's addresses wait on them.)
+struct StepOrder {
+    int64_t groups, tokens;
+    int64_t group = 0, t = 0;  // the current step; group == groups: none left
+
+    GDN_INLINE void advance() {
+        const bool paired = group / 2 * 2 + 1 < groups;  // group and its partner form a pair
+        if (paired && group % 2 == 0) {
+            ++group;  // A_t -> B_t
+        } else if (t + 1 < tokens) {
+            ++t;
+            if (paired) --group;  // B_t -> A_t+1
         } else {
-            in[n] = from.base ? from.column(j0 + n) : zeros;
-            out[n] = to.base ? to.column(j0 + n) : work[n];
+            ++group;  // the next pair (or lone group), token 0
+            t = 0;
         }
     }
-    column_group<N>(b, j0, in, work, out);
-    if (!direct && to.base)
-        for (int n = 0; n < N; ++n) copy_row(to.column(j0 + n), work[n], b.Sk);
+};
+
+// Where a group's columns are: the state's own memory when they are whole vectors (Sk a
+// multiple of kTokenLanes) and four real columns, else padded work rows that hold a copy (with
+// zero columns past Sv). Between tokens they are kept in work rows too. Work rows are
+// kTokenGroupsInFlight groups' worth, reused round robin: a group's rows are free again by the
+// time the group after next starts.
+struct GroupPlaces {
+    const TokenBlock &b;
+    StateColumns from, to;
+    float *scratch;
+    char *zeros;
+
+    GDN_INLINE int columns(int64_t g) const {
+        return static_cast<int>(b.Sv - g * kTokenGroup < kTokenGroup ? b.Sv - g * kTokenGroup : kTokenGroup);
+    }
+    GDN_INLINE bool copied(int64_t g) const { return b.padded != b.Sk || columns(g) < kTokenGroup; }
+    GDN_INLINE ColumnSet work(int64_t g) const {
+        return {reinterpret_cast<char *>(scratch + (g % kTokenGroupsInFlight) * kTokenGroup * b.padded),
+                b.padded * int64_t(sizeof(float))};
+    }
+    GDN_INLINE ColumnSet src(int64_t g, int64_t t) const {
+        if (t > 0 || copied(g)) return work(g);
+        if (!from.base) return {zeros, b.padded * int64_t(sizeof(float))};
+        return {from.base + g * kTokenGroup * from.stride, from.stride};
+    }
+    GDN_INLINE ColumnSet dst(int64_t g, int64_t t) const {
+        if (t + 1 < b.tokens || copied(g) || !to.base) return work(g);
+        return {to.base + g * kTokenGroup * to.stride, to.stride};
+    }
+    // Before a copied group's first step: its columns into the work rows, padded with zeros.
+    GDN_INLINE void copy_in(int64_t g) const {
+        const ColumnSet rows = work(g);
+        for (int n = 0; n < kTokenGroup; ++n) {
+            float *row = column<0>(rows, n);
+            const int64_t j = g * kTokenGroup + n;
+            if (n < columns(g) && from.base) copy_row(row, from.column(j), b.Sk);
+            else std::memset(row, 0, sizeof(float) * b.Sk);
+            std::memset(row + b.Sk, 0, sizeof(float) * (b.padded - b.Sk));  // zero times the zero pads of k, q
+        }
+    }
+    // After a copied group's last step: its real columns back to the state.
+    GDN_INLINE void copy_out(int64_t g) const {
+        if (!to.base) return;
+        const ColumnSet rows = work(g);
+        for (int n = 0; n < columns(g); ++n) copy_row(to.column(g * kTokenGroup + n), column<0>(rows, n), b.Sk);
+    }
+};
+
+// The block's steps, each one's first pass with the previous one's second pass.
+template <int64_t Stride>
+GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
+    StepOrder order{(b.Sv + kTokenGroup - 1) / kTokenGroup, b.tokens};
+    Vec delta[kTokenGroup] = {};  // the previous step's deltas
+    int64_t fin_g = -1, fin_t = 0;
+    ColumnSet fin_src{nullptr, 0}, fin_dst{nullptr, 0};
+    for (;; order.advance()) {
+        const bool starting = order.group < order.groups;  // a step to start (else only one to finish)
+        if (!starting && fin_g < 0) break;
+        const int64_t g = starting ? order.group : -1, t = starting ? order.t : 0;
+        if (starting && t == 0 && places.copied(g)) places.copy_in(g);
+        const ColumnSet start_src = g >= 0 ? places.src(g, t) : ColumnSet{nullptr, 0};
+        // With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's
+        // first reads would wait on L3: its eight columns (P / 2 lines, contiguous when Stride is
+        // known) are prefetched a quarter per step over this pair's first four steps. (At 48 heads
+        // and T = 4 or 16 this turns a loss against a kernel of one pass at a time into a gain;
+        // docs/PERF.md. At T = 1 each step's first pass is already the next group's read.)
+        const int64_t pair_step = 2 * t + g % 2, next_pair = g / 2 * 2 + 2;
+        const char *ahead = Stride > 0 && g >= 0 && b.tokens > 1 && places.from.base && pair_step < 4 &&
+                                    (next_pair + 2) * kTokenGroup <= b.Sv
+                                ? places.from.base + next_pair * kTokenGroup * Stride + pair_step * Stride * 2
+                                : nullptr;
+        Vec ck[kTokenGroup] = {}, cq[kTokenGroup] = {};
+        if (fin_g >= 0) {
+            if (g >= 0 && g != fin_g) {
+                fused_pass<true, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
+            } else {
+                fused_pass<true, false, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
+                if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
+            }
+            const int count = places.columns(fin_g);
+            if (b.out) {
+                const Vec outs = lane_sums(cq);
+                for (int n = 0; n < count; ++n) b.out[fin_t][fin_g * kTokenGroup + n] = b.scale * outs[n];
+            }
+            if (b.snapshot[fin_t].base)
+                for (int n = 0; n < count; ++n)
+                    copy_row(b.snapshot[fin_t].column(fin_g * kTokenGroup + n), column<Stride>(fin_dst, n), b.Sk);
+            if (fin_t + 1 == b.tokens && places.copied(fin_g)) places.copy_out(fin_g);
+        } else if (g >= 0) {
+            fused_pass<false, true, Stride>(b, t, start_src, start_src, delta, cq, t, start_src, ck);
+        }
+        if (g >= 0) {
+            const Vec dots = lane_sums(ck);
+            const int count = places.columns(g);
+            for (int n = 0; n < kTokenGroup; ++n)
+                delta[n] = splat(n < count ? b.beta[t] * (b.v[t][g * kTokenGroup + n] - dots[n]) : 0.0f);
+            fin_src = start_src;
+            fin_dst = places.dst(g, t);
+        }
+        fin_g = g;
+        fin_t = t;
+    }
 }
 
 }  // namespace
 
 GDN_VECTORIZED void token_block(const TokenBlock &b, StateColumns from, StateColumns to, float *scratch) {
-    static_assert(kTokenBlockColumns == 4, "the groups below");
-    std::memset(scratch + kTokenBlockColumns * b.padded, 0, sizeof(float) * b.padded);  // the zero state's column
-    int64_t j = 0;
-    for (; j + 4 <= b.Sv; j += 4) run_group<4>(b, j, from, to, scratch);
-    switch (b.Sv - j) {
-        case 3: run_group<3>(b, j, from, to, scratch); break;
-        case 2: run_group<2>(b, j, from, to, scratch); break;
-        case 1: run_group<1>(b, j, from, to, scratch); break;
-        default: break;
-    }
+    const int64_t P = b.padded, row_bytes = P * int64_t(sizeof(float));
+    float *zeros = scratch + kTokenGroupsInFlight * kTokenGroup * P;
+    std::memset(zeros, 0, sizeof(float) * kTokenGroup * P);
+    const GroupPlaces places{b, from, to, scratch, reinterpret_cast<char *>(zeros)};
+    // Every set the steps address is state columns (from, to) or padded rows (work, zeros): with
+    // contiguous states of the common head sizes, one stride known at compile time.
+    const bool contiguous = (!from.base || from.stride == row_bytes) && (!to.base || to.stride == row_bytes);
+    if (contiguous && P == 128) run_steps<128 * sizeof(float)>(b, places);
+    else if (contiguous && P == 64) run_steps<64 * sizeof(float)>(b, places);
+    else run_steps<0>(b, places);
 }
 
 }  // namespace gdn::cpu

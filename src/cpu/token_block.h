@@ -5,10 +5,10 @@
 // j, contiguous over the key index in the state's memory layout), and each group goes through
 // every token of the block while it sits in L1: the state is read once and written once per
 // block, and each token is two passes over the columns (the first only reads them):
-//   d_j = beta (v_j - (a o c_j) . k);  c_j = a o c_j + d_j k;  o_j = scale c_j . q
+//   d_j = beta (v_j - c_j . (a o k));  c_j = a o c_j + d_j k;  o_j = scale c_j . q
 // (a = exp(g): one decay, or one per key channel). The same recurrence as src/math/token_step.h.
-// Several columns at once share each load of k, q and a, and give the reductions independent
-// chains to overlap.
+// A group's columns share each load of k, q and a; the first pass of one group runs inside the
+// second pass of another (token_block.cpp says why).
 #pragma once
 
 #include <cstdint>
@@ -26,24 +26,26 @@ struct StateColumns {
     float *column(int64_t j) const { return reinterpret_cast<float *>(base + j * stride); }
 };
 
-// One block of tokens of one unit. Rows of k, q (and of the decay, per key channel) are copies
-// padded with zeros to `padded` floats; per token t < tokens: rows of v and out (Sv floats; out
-// may be nullptr: not written), beta, and snapshot[t]: where the state after token t goes (base
-// nullptr: nowhere).
+// One block of tokens of one unit. Rows of k, q, the decay a (one gate repeated, or one per key
+// channel) and a o k, padded with zeros to `padded` floats; per token t < tokens: rows of v and
+// out (Sv floats; out may be nullptr: not written), beta, and snapshot[t]: where the state after
+// token t goes (base nullptr: nowhere).
 struct TokenBlock {
     int64_t Sk = 0, padded = 0, Sv = 0, tokens = 0;
-    bool per_channel = false;  // decay: [tokens][padded], else one per token
     float scale = 1.0f;
-    const float *k = nullptr, *q = nullptr, *decay = nullptr, *beta = nullptr;  // [tokens][padded], [tokens]
+    const float *k = nullptr, *q = nullptr, *decay = nullptr, *decayed_k = nullptr;  // [tokens][padded]
+    const float *beta = nullptr;                                                     // [tokens]
     const float *const *v = nullptr;
     float *const *out = nullptr;
     const StateColumns *snapshot = nullptr;
 };
 
-// Columns of the state that go through a block together.
-constexpr int64_t kTokenBlockColumns = 4;
-// Floats of token_block's scratch: the group's columns between tokens, and a zero column.
-inline int64_t token_block_scratch(int64_t padded) { return (kTokenBlockColumns + 1) * padded; }
+// Columns of the state that go through a block together (a group), and how many groups' columns
+// the block keeps in its scratch at once.
+constexpr int kTokenGroup = 4;
+constexpr int64_t kTokenGroupsInFlight = 3;
+// Floats of token_block's scratch: the groups' columns between tokens, and a group of zero columns.
+inline int64_t token_block_scratch(int64_t padded) { return (kTokenGroupsInFlight + 1) * kTokenGroup * padded; }
 
 // Runs the block on every column: the state enters from `from` (base nullptr: zero) and leaves
 // to `to` (base nullptr: not kept). from and to may be the same.

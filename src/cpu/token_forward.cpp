@@ -31,7 +31,8 @@ void TokenForwardScratch::resize(const Dims &d) {
     columns.resize(token_block_scratch(P));
     k.resize(block * P);
     q.resize(block * P);
-    decay.resize(block * (d.gate_width == 1 ? 1 : P));
+    decay.resize(block * P);
+    decayed_k.resize(block * P);
     beta.resize(block);
     v.resize(block);
     out.resize(block);
@@ -39,7 +40,8 @@ void TokenForwardScratch::resize(const Dims &d) {
 }
 
 uint64_t TokenForwardScratch::bytes() const {
-    return sizeof(float) * (state.size() + columns.size() + k.size() + q.size() + decay.size() + beta.size()) +
+    return sizeof(float) * (state.size() + columns.size() + k.size() + q.size() + decay.size() + decayed_k.size() +
+                            beta.size()) +
            sizeof(void *) * (v.size() + out.size()) + sizeof(StateColumns) * snapshot.size();
 }
 
@@ -58,11 +60,11 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
     blk.Sk = Sk;
     blk.padded = P;
     blk.Sv = d.Sv;
-    blk.per_channel = per_channel;
     blk.scale = static_cast<float>(d.scale);
     blk.k = w.k.data();
     blk.q = w.q.data();
     blk.decay = w.decay.data();
+    blk.decayed_k = w.decayed_k.data();
     blk.beta = w.beta.data();
     blk.v = w.v.data();
     blk.out = a.out ? w.out.data() : nullptr;
@@ -75,13 +77,17 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
             padded_copy(row_f32(*a.k, kh, t, bq), w.k.data() + n * P);
             padded_copy(row_f32(*a.q, kh, t, bq), w.q.data() + n * P);
             const float *g = row_f32(*a.g, h, t, b);
+            // The decay as a row either way (one gate repeated), the pad zeroed.
+            float *decay = w.decay.data() + n * P;
             if (per_channel) {
-                float *decay = w.decay.data() + n * P;
                 for (int64_t i = 0; i < Sk; ++i) decay[i] = std::exp(g[i]);  // as ref: exp of each gate
-                std::fill(decay + Sk, decay + P, 0.0f);
             } else {
-                w.decay[n] = std::exp(g[0]);
+                std::fill(decay, decay + Sk, std::exp(g[0]));
             }
+            std::fill(decay + Sk, decay + P, 0.0f);
+            const float *k = w.k.data() + n * P;
+            float *decayed_k = w.decayed_k.data() + n * P;
+            for (int64_t i = 0; i < P; ++i) decayed_k[i] = decay[i] * k[i];
             w.beta[n] = *row_f32(*a.beta, h, t, b);
             w.v[n] = row_f32(*a.v, h, t, b);
             if (a.out) w.out[n] = reinterpret_cast<float *>(element_ptr(*a.out, 0, h, t, b));
