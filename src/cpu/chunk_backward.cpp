@@ -168,7 +168,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
     std::vector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
-    std::fill_n(pair.begin(), L * gw, 0.0);
+    std::fill_n(pair.begin(), L * gw, 0.0);  // row 0 has no pairs (s < 0); the pair terms below write rows >= 1
     std::fill_n(acc.begin(), L * gw, 0.0);
     if (kda) {
         products_f64(dQg, Qg, dKg, Kg, single.data(), L * Sk);

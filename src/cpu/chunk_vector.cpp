@@ -174,12 +174,17 @@ GDN_VECTORIZED void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *
 }
 
 GDN_VECTORIZED void kda_pair_row(int64_t t, int64_t n, const float *dP_row, const float *dM_row, const float *qg,
-                                 const float *kg, const float *kinv, double *acc, const double *pair_next,
-                                 double *pair) {
+                                 const float *kg, const float *kinv, double *__restrict acc,
+                                 const double *pair_next, double *__restrict pair) {
     // pair_t = pair_t+1 - acc[t] + sum_{s < t} X_ts: acc[t] holds the terms with s = t, which
-    // pair_t+1 counted and pair_t does not (in double, where the difference loses nothing a
-    // float gradient can see).
-    for (int64_t i = 0; i < n; ++i) pair[i] = pair_next ? pair_next[i] - acc[t * n + i] : 0.0;
+    // pair_t+1 counted and pair_t does not. The difference is in double: its rounding, about
+    // 1e-16 of |pair_t+1|, is far below what the float gradient keeps.
+    if (pair_next) {
+        const double *acc_t = acc + t * n;
+        for (int64_t i = 0; i < n; ++i) pair[i] = pair_next[i] - acc_t[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) pair[i] = 0.0;
+    }
     for (int64_t s = 0; s < t; ++s) {
         const float cp = dP_row[s], cm = dM_row[s];
         double *as = acc + s * n;

@@ -28,7 +28,8 @@ GDN_INLINE void store(float *p, Vec v) { std::memcpy(p, &v, sizeof v); }
 GDN_INLINE Vec splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
 
 // Lane n < 4 of the result is the sum of the lanes of acc[n], every sum in one fixed tree:
-// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Four reductions share five shuffled adds.
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Four reductions share four adds and seven
+// shuffles (a horizontal sum of one vector takes three of each).
 GDN_INLINE Vec pair_sums(Vec x, Vec y) {  // x0+x1, x2+x3, y0+y1, y2+y3, x4+x5, x6+x7, y4+y5, y6+y7
     return __builtin_shufflevector(x, y, 0, 2, 8, 10, 4, 6, 12, 14) +
            __builtin_shufflevector(x, y, 1, 3, 9, 11, 5, 7, 13, 15);
@@ -48,17 +49,12 @@ GDN_INLINE void copy_row(float *to, const float *from, int64_t n) {
     for (; i < n; ++i) to[i] = from[i];
 }
 
-// Four columns of a state: column n at base + n * stride bytes.
-struct ColumnSet {
-    char *base;
-    int64_t stride;
-};
-
-// Column n of a set. Stride > 0: the stride is known at compile time (every set of the block has
-// it), so the loops below address a set's four columns as constant offsets of one register;
-// with a run-time stride GCC keeps a pointer per column and spills some of them.
+// Column n of a set of columns (a group's four: base at its first). Stride > 0: the stride is
+// known at compile time (every set of the block has it), so the loops below address a set's four
+// columns as constant offsets of one register; with a run-time stride GCC keeps a pointer per
+// column and spills some of them.
 template <int64_t Stride>
-GDN_INLINE float *column(ColumnSet set, int n) {
+GDN_INLINE float *column(StateColumns set, int n) {
     return reinterpret_cast<float *>(set.base + n * (Stride > 0 ? Stride : set.stride));
 }
 
@@ -71,9 +67,9 @@ GDN_INLINE float *column(ColumnSet set, int n) {
 // accumulator chains in flight and both FMA pipes busy, instead of a pass of four latency-bound
 // chains followed by a wait on its reduction.
 template <bool Finish, bool Start, int64_t Stride>
-GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, ColumnSet fin_src, ColumnSet fin_dst,
+GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, StateColumns fin_src, StateColumns fin_dst,
                            const Vec (&delta)[kTokenGroup], Vec (&cq)[kTokenGroup], int64_t start_t,
-                           ColumnSet start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr) {
+                           StateColumns start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr) {
     const int64_t P = b.padded;
     const float *k = b.k + fin_t * P, *q = b.q + fin_t * P, *a = b.decay + fin_t * P;
     const float *ak = b.decayed_k + start_t * P;
@@ -119,8 +115,8 @@ struct StepOrder {
 // Where a group's columns are: the state's own memory when they are whole vectors (Sk a
 // multiple of kTokenLanes) and four real columns, else padded work rows that hold a copy (with
 // zero columns past Sv). Between tokens they are kept in work rows too. Work rows are
-// kTokenGroupsInFlight groups' worth, reused round robin: a group's rows are free again by the
-// time the group after next starts.
+// kTokenGroupsInFlight groups' worth, by group parity: at most two groups are in flight, the one
+// whose second pass is pending and the next one (its pair partner, or the first of the next pair).
 struct GroupPlaces {
     const TokenBlock &b;
     StateColumns from, to;
@@ -131,22 +127,22 @@ struct GroupPlaces {
         return static_cast<int>(b.Sv - g * kTokenGroup < kTokenGroup ? b.Sv - g * kTokenGroup : kTokenGroup);
     }
     GDN_INLINE bool copied(int64_t g) const { return b.padded != b.Sk || columns(g) < kTokenGroup; }
-    GDN_INLINE ColumnSet work(int64_t g) const {
+    GDN_INLINE StateColumns work(int64_t g) const {
         return {reinterpret_cast<char *>(scratch + (g % kTokenGroupsInFlight) * kTokenGroup * b.padded),
                 b.padded * int64_t(sizeof(float))};
     }
-    GDN_INLINE ColumnSet src(int64_t g, int64_t t) const {
+    GDN_INLINE StateColumns src(int64_t g, int64_t t) const {
         if (t > 0 || copied(g)) return work(g);
         if (!from.base) return {zeros, b.padded * int64_t(sizeof(float))};
         return {from.base + g * kTokenGroup * from.stride, from.stride};
     }
-    GDN_INLINE ColumnSet dst(int64_t g, int64_t t) const {
+    GDN_INLINE StateColumns dst(int64_t g, int64_t t) const {
         if (t + 1 < b.tokens || copied(g) || !to.base) return work(g);
         return {to.base + g * kTokenGroup * to.stride, to.stride};
     }
     // Before a copied group's first step: its columns into the work rows, padded with zeros.
     GDN_INLINE void copy_in(int64_t g) const {
-        const ColumnSet rows = work(g);
+        const StateColumns rows = work(g);
         for (int n = 0; n < kTokenGroup; ++n) {
             float *row = column<0>(rows, n);
             const int64_t j = g * kTokenGroup + n;
@@ -158,7 +154,7 @@ struct GroupPlaces {
     // After a copied group's last step: its real columns back to the state.
     GDN_INLINE void copy_out(int64_t g) const {
         if (!to.base) return;
-        const ColumnSet rows = work(g);
+        const StateColumns rows = work(g);
         for (int n = 0; n < columns(g); ++n) copy_row(to.column(g * kTokenGroup + n), column<0>(rows, n), b.Sk);
     }
 };
@@ -169,21 +165,22 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
     StepOrder order{(b.Sv + kTokenGroup - 1) / kTokenGroup, b.tokens};
     Vec delta[kTokenGroup] = {};  // the previous step's deltas
     int64_t fin_g = -1, fin_t = 0;
-    ColumnSet fin_src{nullptr, 0}, fin_dst{nullptr, 0};
+    StateColumns fin_src, fin_dst;
     for (;; order.advance()) {
         const bool starting = order.group < order.groups;  // a step to start (else only one to finish)
         if (!starting && fin_g < 0) break;
         const int64_t g = starting ? order.group : -1, t = starting ? order.t : 0;
         if (starting && t == 0 && places.copied(g)) places.copy_in(g);
-        const ColumnSet start_src = g >= 0 ? places.src(g, t) : ColumnSet{nullptr, 0};
+        const StateColumns start_src = g >= 0 ? places.src(g, t) : StateColumns{};
         // With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's
-        // first reads would wait on L3: its eight columns (P / 2 lines, contiguous when Stride is
-        // known) are prefetched a quarter per step over this pair's first four steps. (At 48 heads
-        // and T = 4 or 16 this turns a loss against a kernel of one pass at a time into a gain;
-        // docs/PERF.md. At T = 1 each step's first pass is already the next group's read.)
+        // first reads would wait on L3: its eight columns (P / 2 lines, contiguous in the state
+        // when Stride is its column stride) are prefetched a quarter per step over this pair's
+        // first four steps (docs/PERF.md, "Decoding, pipelined": without it this kernel lost to
+        // the one before it at 48 heads and T = 4; at T = 1 each step's first pass is already
+        // the next group's read).
         const int64_t pair_step = 2 * t + g % 2, next_pair = g / 2 * 2 + 2;
-        const char *ahead = Stride > 0 && g >= 0 && b.tokens > 1 && places.from.base && pair_step < 4 &&
-                                    (next_pair + 2) * kTokenGroup <= b.Sv
+        const char *ahead = Stride > 0 && places.from.base && places.from.stride == Stride && g >= 0 &&
+                                    b.tokens > 1 && pair_step < 4 && (next_pair + 2) * kTokenGroup <= b.Sv
                                 ? places.from.base + next_pair * kTokenGroup * Stride + pair_step * Stride * 2
                                 : nullptr;
         Vec ck[kTokenGroup] = {}, cq[kTokenGroup] = {};
@@ -192,7 +189,7 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
                 fused_pass<true, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
             } else {
                 fused_pass<true, false, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
-                if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
+                if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
             }
             const int count = places.columns(fin_g);
             if (b.out) {
@@ -203,8 +200,8 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
                 for (int n = 0; n < count; ++n)
                     copy_row(b.snapshot[fin_t].column(fin_g * kTokenGroup + n), column<Stride>(fin_dst, n), b.Sk);
             if (fin_t + 1 == b.tokens && places.copied(fin_g)) places.copy_out(fin_g);
-        } else if (g >= 0) {
-            fused_pass<false, true, Stride>(b, t, start_src, start_src, delta, cq, t, start_src, ck);
+        } else if (g >= 0) {  // the first step: no second pass to run with (fin_* are unused)
+            fused_pass<false, true, Stride>(b, t, start_src, start_src, delta, cq, t, start_src, ck, ahead);
         }
         if (g >= 0) {
             const Vec dots = lane_sums(ck);
@@ -226,9 +223,11 @@ GDN_VECTORIZED void token_block(const TokenBlock &b, StateColumns from, StateCol
     float *zeros = scratch + kTokenGroupsInFlight * kTokenGroup * P;
     std::memset(zeros, 0, sizeof(float) * kTokenGroup * P);
     const GroupPlaces places{b, from, to, scratch, reinterpret_cast<char *>(zeros)};
-    // Every set the steps address is state columns (from, to) or padded rows (work, zeros): with
-    // contiguous states of the common head sizes, one stride known at compile time.
-    const bool contiguous = (!from.base || from.stride == row_bytes) && (!to.base || to.stride == row_bytes);
+    // Every set the steps address is state columns (from, to) or padded rows (work, zeros; only
+    // these when Sk is padded): with contiguous states, or padded ones, of the common head sizes,
+    // one stride known at compile time.
+    const bool contiguous =
+        P != b.Sk || ((!from.base || from.stride == row_bytes) && (!to.base || to.stride == row_bytes));
     if (contiguous && P == 128) run_steps<128 * sizeof(float)>(b, places);
     else if (contiguous && P == 64) run_steps<64 * sizeof(float)>(b, places);
     else run_steps<0>(b, places);

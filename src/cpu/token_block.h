@@ -43,7 +43,7 @@ struct TokenBlock {
 // Columns of the state that go through a block together (a group), and how many groups' columns
 // the block keeps in its scratch at once.
 constexpr int kTokenGroup = 4;
-constexpr int64_t kTokenGroupsInFlight = 3;
+constexpr int64_t kTokenGroupsInFlight = 2;
 // Floats of token_block's scratch: the groups' columns between tokens, and a group of zero columns.
 inline int64_t token_block_scratch(int64_t padded) { return (kTokenGroupsInFlight + 1) * kTokenGroup * padded; }
 

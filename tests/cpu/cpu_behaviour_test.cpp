@@ -115,10 +115,11 @@ void fill(std::vector<float> &v, float lo, float hi, unsigned seed) {
 }
 
 TEST(CpuInPlace, StatesMayBeTheInitialState) {
-    // Decoding (T = 1, per-token form) and prefill (T = 100, chunked): the in-place update gives
-    // exactly the out-of-place result.
-    for (int64_t T : {1, 100}) {
-        const int64_t S = 16, Hk = 2, Hv = 4, B = 2;
+    // Decoding (T = 1) and short inputs (T = 5; T = 20 with chunk_size = 1: two blocks of the
+    // per-token form) at head sizes 16 and 128, and prefill (T = 100, chunked): the in-place
+    // update gives exactly the out-of-place result.
+    for (auto [T, S] : {std::pair<int64_t, int64_t>{1, 16}, {1, 128}, {5, 16}, {5, 128}, {20, 128}, {100, 16}}) {
+        const int64_t Hk = 2, Hv = 4, B = 2;
         std::vector<float> q, k, v, g, beta, s0, out_a, out_b, states, inplace;
         gdn_problem p{};
         p.q = tensor(q, S, Hk, T, B);
@@ -137,13 +138,15 @@ TEST(CpuInPlace, StatesMayBeTheInitialState) {
         const gdn_tensor st = tensor(states, S, S, Hv, B);
         inplace = s0;
         gdn_context *ctx = nullptr;
-        ASSERT_EQ(gdn_context_create("cpu", nullptr, &ctx), GDN_OK);
+        gdn_context_params params = gdn_context_default_params();
+        params.chunk_size = T == 20 ? 1 : 0;
+        ASSERT_EQ(gdn_context_create("cpu", &params, &ctx), GDN_OK);
         ASSERT_EQ(gdn_forward(ctx, &p, &o1, &st), GDN_OK) << gdn_last_error(ctx);
         p.state.data = inplace.data();
         ASSERT_EQ(gdn_forward(ctx, &p, &o2, &p.state), GDN_OK) << gdn_last_error(ctx);
         gdn_context_free(ctx);
-        EXPECT_EQ(out_a, out_b) << "T=" << T;
-        EXPECT_EQ(states, inplace) << "T=" << T;
+        EXPECT_EQ(out_a, out_b) << "T=" << T << " S=" << S;
+        EXPECT_EQ(states, inplace) << "T=" << T << " S=" << S;
     }
 }
 

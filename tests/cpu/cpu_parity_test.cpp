@@ -77,13 +77,16 @@ std::vector<ParityCase> parity_cases() {
             }
     // The per-token forward's groups of four state columns (a group's first pass runs inside
     // another's second): Sv not a multiple of four (a partial group alone or in a pair), a lone
-    // full group, Sk padded to whole vectors or not (and 64, 128: column strides known at compile
-    // time), one token, several, and more than one block of 16; with and without s0.
-    for (auto [sk, sv] : {std::pair<int64_t, int64_t>{8, 5}, {16, 12}, {128, 12}, {64, 20}, {3, 7}})
+    // full group, Sk padded to whole vectors or not, one token, several, and more than one block
+    // of 16; with and without s0. Unpadded states (strided = false) of 64 and 128 floats per
+    // column take the loops with the column stride known at compile time and, with several
+    // tokens and Sv >= 16, the prefetch of the next pair's columns.
+    for (auto [sk, sv] : {std::pair<int64_t, int64_t>{8, 5}, {16, 12}, {128, 12}, {64, 20}, {128, 24}, {3, 7}})
         for (int64_t t : {1, 5, 20})
             for (bool s0 : {true, false})
-                for (bool kda : {false, true})
-                    both({sk, sv, 1, 2, t, 1, 1, 2}, kda, T, true, s0, Gate::Mild, BetaFill::Random, 1);
+                for (bool strided : {true, false})
+                    for (bool kda : {false, true})
+                        both({sk, sv, 1, 2, t, 1, 1, 2}, kda, T, strided, s0, Gate::Mild, BetaFill::Random, 1);
     // Other chunk lengths and the per-token form on a mixed shape.
     for (int chunk : {1, 2, 7, 16, 100})
         for (bool kda : {false, true})
