@@ -19,6 +19,8 @@ static_assert(kTokenLanes == 8, "lane_sums below adds eight lanes");
 
 #define GDN_INLINE inline __attribute__((always_inline))
 
+constexpr int64_t kCacheLine = 64;
+
 GDN_INLINE Vec load(const float *p) {
     Vec v;
     std::memcpy(&v, p, sizeof v);
@@ -74,7 +76,7 @@ GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, StateColumns fin_
     const float *k = b.k + fin_t * P, *q = b.q + fin_t * P, *a = b.decay + fin_t * P;
     const float *ak = b.decayed_k + start_t * P;
     for (int64_t i = 0; i < P; i += kTokenLanes) {
-        if (ahead) __builtin_prefetch(ahead + i / kTokenLanes * 64, 0, 2);  // a line per vector of the pass, to L2
+        if (ahead) __builtin_prefetch(ahead + i / kTokenLanes * kCacheLine, 0, 2);  // a line per vector of the pass, to L2
         if (Start) {
             const Vec akv = load(ak + i);
             for (int n = 0; n < kTokenGroup; ++n) ck[n] += load(column<Stride>(start_src, n) + i) * akv;
@@ -151,6 +153,20 @@ struct GroupPlaces {
             std::memset(row + b.Sk, 0, sizeof(float) * (b.padded - b.Sk));  // zero times the zero pads of k, q
         }
     }
+    // With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's first
+    // reads would wait on L3: its eight columns (P / 2 lines, contiguous in the state when Stride
+    // is its column stride) are prefetched a quarter per step over this pair's first four steps
+    // (docs/PERF.md, "Decoding, pipelined": without it this kernel lost to the one before it at
+    // 48 heads and T = 4; at T = 1 each step's first pass is already the next group's read).
+    // Step (g, t)'s quarter, or nullptr.
+    template <int64_t Stride>
+    GDN_INLINE const char *next_pair_part(int64_t g, int64_t t) const {
+        const int64_t pair_step = 2 * t + g % 2, next_pair = g / 2 * 2 + 2;
+        if (Stride == 0 || !from.base || from.stride != Stride || b.tokens == 1 || pair_step >= 4 ||
+            (next_pair + 2) * kTokenGroup > b.Sv)
+            return nullptr;
+        return from.base + next_pair * kTokenGroup * Stride + pair_step * 2 * Stride;
+    }
     // After a copied group's last step: its real columns back to the state.
     GDN_INLINE void copy_out(int64_t g) const {
         if (!to.base) return;
@@ -172,25 +188,16 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
         const int64_t g = starting ? order.group : -1, t = starting ? order.t : 0;
         if (starting && t == 0 && places.copied(g)) places.copy_in(g);
         const StateColumns start_src = g >= 0 ? places.src(g, t) : StateColumns{};
-        // With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's
-        // first reads would wait on L3: its eight columns (P / 2 lines, contiguous in the state
-        // when Stride is its column stride) are prefetched a quarter per step over this pair's
-        // first four steps (docs/PERF.md, "Decoding, pipelined": without it this kernel lost to
-        // the one before it at 48 heads and T = 4; at T = 1 each step's first pass is already
-        // the next group's read).
-        const int64_t pair_step = 2 * t + g % 2, next_pair = g / 2 * 2 + 2;
-        const char *ahead = Stride > 0 && places.from.base && places.from.stride == Stride && g >= 0 &&
-                                    b.tokens > 1 && pair_step < 4 && (next_pair + 2) * kTokenGroup <= b.Sv
-                                ? places.from.base + next_pair * kTokenGroup * Stride + pair_step * Stride * 2
-                                : nullptr;
+        const char *ahead = g >= 0 ? places.next_pair_part<Stride>(g, t) : nullptr;
         Vec ck[kTokenGroup] = {}, cq[kTokenGroup] = {};
-        if (fin_g >= 0) {
-            if (g >= 0 && g != fin_g) {
-                fused_pass<true, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
-            } else {
-                fused_pass<true, false, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
-                if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
-            }
+        const bool finishing = fin_g >= 0;
+        if (finishing && g >= 0 && g != fin_g) {
+            fused_pass<true, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
+        } else {  // nothing to fuse: the first step, the last, or a lone group's next token
+            if (finishing) fused_pass<true, false, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
+            if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
+        }
+        if (finishing) {
             const int count = places.columns(fin_g);
             if (b.out) {
                 const Vec outs = lane_sums(cq);
@@ -200,8 +207,6 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
                 for (int n = 0; n < count; ++n)
                     copy_row(b.snapshot[fin_t].column(fin_g * kTokenGroup + n), column<Stride>(fin_dst, n), b.Sk);
             if (fin_t + 1 == b.tokens && places.copied(fin_g)) places.copy_out(fin_g);
-        } else if (g >= 0) {  // the first step: no second pass to run with (fin_* are unused)
-            fused_pass<false, true, Stride>(b, t, start_src, start_src, delta, cq, t, start_src, ck, ahead);
         }
         if (g >= 0) {
             const Vec dots = lane_sums(ck);
