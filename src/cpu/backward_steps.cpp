@@ -30,12 +30,15 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     units = units_of(d);
     area = d.Sk * d.Sv;
     C = max_chunk;
+    tokens = d.T;
+    Sv = d.Sv;
     segments = layout.segments;
     chunks_per_segment = layout.chunks_per_segment;
     replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
     spares = split ? units : 1;
     slot_floats = split ? pieces_slot_floats(d, C) : 0;
     checkpoints.resize(units * segments * area);
+    errors.resize(max_chunk <= d.Sk ? units * tokens * Sv : 0);
     replay.resize(units * replay_slots * area);
     carries.resize((units + spares) * area);
     carry_slab.resize(units + spares);
@@ -45,7 +48,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
 
 uint64_t GroupBackward::bytes() const {
     uint64_t n = carry_slab.size() * sizeof(int64_t);
-    for (const auto *v : {&checkpoints, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
+    for (const auto *v : {&checkpoints, &errors, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
     return n;
 }
 
@@ -54,6 +57,12 @@ namespace {
 int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? ends[ci - 1] : int64_t(0); }
 
 float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
+
+// Unit u's rows of Z from token t0 on (nullptr: Z not kept).
+float *errors_of(GroupBackward &g, int64_t u, int64_t t0) {
+    return g.errors.empty() ? nullptr : g.errors.data() + (u * g.tokens + t0) * g.Sv;
+}
+
 
 // Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
 float *entry(GroupBackward &g, int64_t u, int64_t seg, int64_t j) {
@@ -75,26 +84,33 @@ Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
     return {c0, std::min<int64_t>(static_cast<int64_t>(ends.size()), c0 + per_seg)};
 }
 
-// One chunk forward of one unit (the group's chunk and K K^T loaded): s_next = the state after chunk ci from s.
-void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, ChunkUnit unit, const float *s,
-                   float *s_next, ChunkScratch &c) {
+// One chunk forward of unit u (the group's chunk and K K^T loaded) from state s: the chunk's Z
+// kept, and s_next = the state after the chunk (nullptr: not needed).
+void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq, int64_t kh, int64_t u,
+                   const float *s, float *s_next, GroupBackward &g, ChunkScratch &c) {
+    const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
-    if (ci + 1 < static_cast<int64_t>(ends.size())) prefetch_unit_rows(*a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
-    prepare_unit_chunk(*a.v, *a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
-    solve_deltas(s, L, c);
-    advance_state(s, s_next, L, c);
+    if (ci + 1 < static_cast<int64_t>(ends.size())) prefetch_unit_rows(a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
+    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
+    const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, nullptr, c);
+    if (float *kept = errors_of(g, u, t0)) std::memcpy(kept, z, sizeof(float) * L * g.Sv);
+    if (s_next) advance_state(s, s_next, L, c);
 }
 
-// The entry states of the segment's chunks after its first, from its checkpoint.
+// The entry states of the segment's chunks after its first, from its checkpoint and the kept Z.
 void replay_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, UnitRange units,
                     int64_t seg, GroupBackward &g, ChunkScratch &c) {
     const Segment s = segment_of(a, ends, seg, g);
     for (int64_t ci = s.c0; ci + 1 < s.c1; ++ci) {
-        const int64_t t0 = start_of(ends, ci);
-        load_group_chunk(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, false, c);
-        for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, group_unit(a.dims, bq, kh, u), entry(g, u, seg, ci - s.c0),
-                          entry(g, u, seg, ci - s.c0 + 1), c);
+        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
+        load_group_chunk(*a.q, *a.k, a.dims, bq, kh, t0, L, false, c);
+        for (int64_t u = units.begin; u < units.end; ++u) {
+            const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
+            const float *s0 = entry(g, u, seg, ci - s.c0);
+            prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
+            chunk_deltas(*a.v, a.dims, unit, t0, L, s0, errors_of(g, u, t0), c);
+            advance_state(s0, entry(g, u, seg, ci - s.c0 + 1), L, c);
+        }
     }
 }
 
@@ -106,7 +122,8 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-    prefetch_unit_rows(*a.v, *a.g, *a.beta, d, unit, prev_start, t0);
+    float *kept = errors_of(g, u, t0);
+    prefetch_unit_rows(kept ? nullptr : a.v, *a.g, *a.beta, d, unit, prev_start, t0);
     prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
@@ -115,7 +132,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
         load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
         axpy(1.0f, w.d_state.data(), dsl, g.area);
     }
-    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), dsl, ds0, w);
+    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept, dsl, ds0, w);
     std::swap(current, spare);
     return p;
 }
@@ -158,11 +175,11 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
         const int64_t j = ci % per_seg;
         return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
     };
-    for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
+    for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t t0 = start_of(ends, ci);
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, ends[ci] - t0, false, w.chunk);
         for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, group_unit(d, bq, kh, u), running(ci, u), running(ci + 1, u), w.chunk);
+            forward_chunk(a, ends, ci, bq, kh, u, running(ci, u), ci + 1 < chunks ? running(ci + 1, u) : nullptr, g, w.chunk);
     }
 }
 

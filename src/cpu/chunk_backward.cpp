@@ -116,14 +116,14 @@ void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, const float *dM, B
 }  // namespace
 
 UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                               const float *dsl, float *ds0, BackwardWork &w) {
+                               const float *z, const float *dsl, float *ds0, BackwardWork &w) {
     const Dims &d = a.dims;
     ChunkScratch &c = w.chunk;
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
     const bool kda = gw != 1;
     float *pack = c.pack.data();
-    prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, true, true, c);
-    solve_deltas(s0, L, c);
+    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, c);
+    const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
     const float *P = c.p.data(), *A = c.a.data(), *Dm = c.dm.data();
     const float *Qg = c.qg(), *Kg = c.kg(L);
 
@@ -158,8 +158,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
             if (s > r) dP[r * L + s] = 0.0f;
             dM[r * L + s] = 0.0f;
         }
-    // dV = beta o Y;  dbeta_r = Y_r . (R - M Dm)_r, which solve_deltas left in r.
-    const float *Z = c.r.data();
+    // dV = beta o Y;  dbeta_r = Y_r . Z_r (Z = R - M Dm).
     for (int64_t r = 0; r < L; ++r) {
         if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
         if (a.dv) scale_rows(w.y.data() + r * Sv, c.beta.data() + r, 1, Sv, 1, row_ptr(*a.dv, unit.h, t0 + r, unit.b));

@@ -150,13 +150,10 @@ void invert_unit_lower(int64_t L, ChunkScratch &w) {
 
 }  // namespace
 
-void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
-                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, bool with_inverse, ChunkScratch &w) {
-    const int64_t Sk = d.Sk, Sv = d.Sv, gw = w.gw;
-    for (int64_t r = 0; r < L; ++r) {
-        std::memcpy(w.r.data() + r * Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * Sv);
-        w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
-    }
+void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
+                        bool with_q, bool with_inverse, ChunkScratch &w) {
+    const int64_t Sk = d.Sk, gw = w.gw;
+    for (int64_t r = 0; r < L; ++r) w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
     compute_gates(g, u, t0, L, w);
     if (with_q) scale_rows(w.q(), w.e.data(), L, Sk, gw, w.qg());
     scale_rows(w.k(L), w.e.data(), L, Sk, gw, w.kg(L));
@@ -183,6 +180,8 @@ void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tens
     if (with_inverse) invert_unit_lower(L, w);
 }
 
+namespace {
+
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
     float *R = w.r.data(), *Dm = w.dm.data();
@@ -201,6 +200,19 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
             scale_rows(R + r * Sv, w.beta.data() + r, 1, Sv, 1, Dm + r * Sv);
         }
     }
+}
+
+}  // namespace
+
+const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
+                          const float *z, ChunkScratch &w) {
+    if (z) {
+        scale_rows(z, w.beta.data(), L, d.Sv, 1, w.dm.data());  // as solve_deltas ends, row by row
+        return z;
+    }
+    for (int64_t r = 0; r < L; ++r) std::memcpy(w.r.data() + r * d.Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * d.Sv);
+    solve_deltas(s0, L, w);
+    return w.r.data();
 }
 
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
@@ -231,9 +243,9 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
         prefetch_lines(element_ptr(*t, 0, i1, r, i3), row_floats * int64_t(sizeof(float)));
 }
 
-void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
+void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
                         int64_t t_begin, int64_t t_end) {
-    prefetch_rows(&v, u.h, t_begin, t_end, u.b, d.Sv);
+    prefetch_rows(v, u.h, t_begin, t_end, u.b, d.Sv);
     prefetch_rows(&g, u.h, t_begin, t_end, u.b, d.gate_width);
     prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1);
 }

@@ -48,7 +48,7 @@ struct ChunkScratch {
     std::vector<float> kl, kinv;          // L x Sk
     std::vector<float> p, m;              // L x L
     std::vector<float> a, coef;           // L x L: A and the inversion's scratch (the backward's reverse walk only)
-    std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, after solve_deltas R - M Dm)
+    std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas)
     std::vector<float> pack;              // GEMM packing
 
     void resize(const Dims &d, int64_t max_chunk);
@@ -84,14 +84,19 @@ void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out);
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                       int64_t L, bool with_qk, ChunkScratch &w);
 
-// Loads the unit's v (into r), beta, g rows and computes gates, Qg (when with_q), Kg, Kl, M,
-// P (when with_q) and A (when with_inverse: the backward's adjoint reads it, Dm does not).
-void prepare_unit_chunk(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d,
-                        ChunkUnit u, int64_t t0, int64_t L, bool with_q, bool with_inverse, ChunkScratch &w);
+// Loads the unit's beta and g rows and computes gates, Qg (when with_q), Kg, Kl, M, P (when
+// with_q) and A (when with_inverse: the backward's adjoint reads it, Dm does not).
+void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
+                        bool with_q, bool with_inverse, ChunkScratch &w);
 
-// Dm = A diag(beta) R for R = V - Kg S0, solving (I + diag(beta) M) Dm = diag(beta) R by
-// substitution (A is not needed); leaves R - M Dm in r.
-void solve_deltas(const float *s0, int64_t L, ChunkScratch &w);
+// Dm of the unit's chunk (prepare_unit_chunk done) from its entry state s0, and Z = R - M Dm
+// (row r: token r's prediction error v_r - S_{r-1}^T k_r, the state decayed to r; Dm =
+// diag(beta) Z). Without z: Dm = A diag(beta) R for R = V - Kg S0 from the unit's V rows, solving
+// (I + diag(beta) M) Dm = diag(beta) R by substitution (A is not needed), Z left in r. With z (a
+// Z this returned earlier for the same chunk and state, L x Sv): Dm = diag(beta) z, the same bits.
+// Returns Z.
+const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
+                          const float *z, ChunkScratch &w);
 
 // s_next = diag(gL) s + Kl^T Dm; s_next may be s.
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
@@ -99,9 +104,9 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 // Asks for the rows [t_begin, t_end) of tensor t at (i1, i3) to be brought into cache: the next
 // chunk's rows of the strided q/k/v views are each a page apart.
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats);
-// The rows prepare_unit_chunk reads for tokens [t_begin, t_end) of the unit: v, g and beta (a
-// KDA gate row is as long as a v row, and as far from the next one).
-void prefetch_unit_rows(const gdn_tensor &v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
+// The rows chunk_deltas and prepare_unit_chunk read for tokens [t_begin, t_end) of the unit: v
+// (nullptr: none), g and beta (a KDA gate row is as long as a v row, and as far from the next one).
+void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
                         int64_t t_begin, int64_t t_end);
 
 // C = alpha T B + c_scale C for an L x L triangle T (read through a Mat view, so T may be the

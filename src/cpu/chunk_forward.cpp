@@ -38,19 +38,19 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
         prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
         for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
-            prefetch_unit_rows(*a.v, *a.g, *a.beta, d, unit, t1, next_end);
+            prefetch_unit_rows(a.v, *a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
-            prepare_unit_chunk(*a.v, *a.g, *a.beta, d, unit, t0, L, with_out, false, c);
+            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, c);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm), straight into the unit's output rows (an output
                 // overlaps no input, and rows are contiguous with a token stride in floats).
                 float *o = reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b));
                 const int64_t ldo = a.out->nb[2] / static_cast<int64_t>(sizeof(float));
                 gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, o, ldo, c.pack.data());
-                solve_deltas(s, L, c);
+                chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, ldo, c.pack.data());
             } else {
-                solve_deltas(s, L, c);
+                chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             }
             advance_state(s, s, L, c);
             const int64_t slot = d.T - t1;
