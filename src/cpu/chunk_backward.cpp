@@ -59,6 +59,8 @@ float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
 }
 
+int64_t token_stride_floats(const gdn_tensor &t) { return t.nb[2] / static_cast<int64_t>(sizeof(float)); }
+
 // dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
 // Channels innermost, so the running sums of all channels advance together (no add chains).
 void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardWork &w) {
@@ -138,11 +140,13 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
             std::fill(dst, dst + Sv, 0.0f);
         }
     }
-    // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  nby = -beta o Y (triangles read as triangles: trmm).
+    // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  dV = beta o Y, then nby = -dV (triangles read as
+    // triangles: trmm).
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.ddm.data(), Sv, pack);
     gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(A, L), w.ddm.data(), Sv, 0.0f, w.y.data(), Sv, pack);
     scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
+    if (a.dv) store_rows_streamed(nby, L, Sv, row_ptr(*a.dv, unit.h, t0, unit.b), token_stride_floats(*a.dv));
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
     if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
@@ -158,11 +162,9 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
             if (s > r) dP[r * L + s] = 0.0f;
             dM[r * L + s] = 0.0f;
         }
-    // dV = beta o Y;  dbeta_r = Y_r . Z_r (Z = R - M Dm).
-    for (int64_t r = 0; r < L; ++r) {
-        if (a.dbeta) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
-        if (a.dv) scale_rows(w.y.data() + r * Sv, c.beta.data() + r, 1, Sv, 1, row_ptr(*a.dv, unit.h, t0 + r, unit.b));
-    }
+    // dbeta_r = Y_r . Z_r (Z = R - M Dm).
+    if (a.dbeta)
+        for (int64_t r = 0; r < L; ++r) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
@@ -272,10 +274,8 @@ void finish_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, int64_t t
         gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
         gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
     }
-    for (int64_t r = 0; r < L; ++r) {
-        if (a.dq) std::memcpy(row_ptr(*a.dq, kh, t0 + r, bq), w.dq.data() + r * Sk, sizeof(float) * Sk);
-        if (a.dk) std::memcpy(row_ptr(*a.dk, kh, t0 + r, bq), w.dk.data() + r * Sk, sizeof(float) * Sk);
-    }
+    if (a.dq) store_rows_streamed(w.dq.data(), L, Sk, row_ptr(*a.dq, kh, t0, bq), token_stride_floats(*a.dq));
+    if (a.dk) store_rows_streamed(w.dk.data(), L, Sk, row_ptr(*a.dk, kh, t0, bq), token_stride_floats(*a.dk));
 }
 
 namespace {

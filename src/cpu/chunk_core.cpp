@@ -274,6 +274,22 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
     }
 }
 
+void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd) {
+    for (int64_t r = 0; r < L; ++r) {
+        const float *s = src + r * n;
+        float *d = dst + r * ldd;
+        int64_t i = 0;
+#if defined(__SSE2__)
+        for (; i < n && reinterpret_cast<uintptr_t>(d + i) % 16 != 0; ++i) d[i] = s[i];
+        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_loadu_ps(s + i));
+#endif
+        for (; i < n; ++i) d[i] = s[i];
+    }
+#if defined(__SSE2__)
+    _mm_sfence();  // the streamed stores are ordered before anything this thread does next
+#endif
+}
+
 // The state is kept as S (row i = key channel, Sv contiguous) and stored transposed (the key
 // index contiguous): a transpose, done in tiles so that both sides stay in cache lines (a
 // packed batch of many short sequences loads and stores a state per sequence and head).

@@ -118,6 +118,11 @@ enum class Tri { Lower, Upper };
 void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
           int64_t ldc, float *pack);
 
+// dst row r (rows ldd floats apart) = src row r (L rows of n floats, contiguous), written with
+// non-temporal stores where the rows are aligned for them: for outputs this call writes once and
+// does not read again, so their lines are not read from memory first (nor kept in cache).
+void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd);
+
 // Copies between the memory layout (transposed, strided) and a row-major Sk x Sv state.
 // Asks the caches for state (h, index) of t (nullptr: nothing), ahead of a load_state.
 void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index);

@@ -23,6 +23,7 @@ inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
 struct ForwardWork {
     ChunkScratch chunk;
     std::vector<float> states;  // units x Sk x Sv: the running states
+    std::vector<float> out_rows;  // C x Sv: a chunk's output rows before they are streamed out
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 };

@@ -11,10 +11,11 @@ namespace gdn::cpu {
 
 void ForwardWork::resize(const Dims &d, int64_t max_chunk) {
     chunk.resize(d, max_chunk);
+    out_rows.resize(max_chunk * d.Sv);
     states.resize(d.value_heads_per_key_head() * d.sequences_per_qk_sequence() * d.Sk * d.Sv);
 }
 
-uint64_t ForwardWork::bytes() const { return chunk.bytes() + states.size() * sizeof(float); }
+uint64_t ForwardWork::bytes() const { return chunk.bytes() + (states.size() + out_rows.size()) * sizeof(float); }
 
 void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                    int64_t unit_begin, int64_t unit_end, ForwardWork &w) {
@@ -42,13 +43,14 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             float *s = w.states.data() + u * area;
             prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, c);
             if (with_out) {
-                // O = scale (Qg S0 + P Dm), straight into the unit's output rows (an output
-                // overlaps no input, and rows are contiguous with a token stride in floats).
-                float *o = reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b));
-                const int64_t ldo = a.out->nb[2] / static_cast<int64_t>(sizeof(float));
-                gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, o, ldo, c.pack.data());
+                // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows
+                // (rows are contiguous with a token stride in floats).
+                float *o = w.out_rows.data();
+                gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, o, Sv, c.pack.data());
                 chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
-                trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, ldo, c.pack.data());
+                trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
+                store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
+                                    a.out->nb[2] / static_cast<int64_t>(sizeof(float)));
             } else {
                 chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             }
