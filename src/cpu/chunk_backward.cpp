@@ -131,14 +131,11 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
     const float scale = static_cast<float>(d.scale);
-    for (int64_t r = 0; r < L; ++r) {
-        float *dst = doc + r * Sv;
-        if (a.d_out) {
-            std::memcpy(dst, row_ptr(*a.d_out, unit.h, t0 + r, unit.b), sizeof(float) * Sv);
-            cpu::scale(scale, dst, Sv);
-        } else {
-            std::fill(dst, dst + Sv, 0.0f);
-        }
+    if (a.d_out) {
+        gather_rows(*a.d_out, unit.h, t0, L, unit.b, Sv, doc);
+        cpu::scale(scale, doc, L * Sv);
+    } else {
+        std::fill(doc, doc + L * Sv, 0.0f);
     }
     // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  dV = beta o Y, then nby = -dV (triangles read as
     // triangles: trmm).

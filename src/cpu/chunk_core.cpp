@@ -58,13 +58,31 @@ uint64_t ChunkScratch::bytes() const {
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
 }
 
+namespace {
+
+// Every cache line of [p, p + bytes): a row that does not start on a line boundary (malloc
+// aligns to 16 bytes, not 64) can span one line more than its length in lines, and reading that
+// last line would wait on memory.
+void prefetch_lines(const char *p, int64_t bytes) {
+    constexpr uintptr_t line = 64;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(line - 1), end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t a = first; a < end; a += line) __builtin_prefetch(reinterpret_cast<const char *>(a));
+}
+
+}  // namespace
+
+void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst) {
+    const int64_t bytes = n * int64_t(sizeof(float));
+    for (int64_t r = 0; r < L; ++r) {
+        if (r + rows_ahead < L) prefetch_lines(element_ptr(t, 0, i1, t0 + r + rows_ahead, i3), bytes);
+        std::memcpy(dst + r * n, row_f32(t, i1, t0 + r, i3), bytes);
+    }
+}
+
 void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                      int64_t L, bool with_q, ChunkScratch &w) {
-    const int64_t Sk = d.Sk;
-    for (int64_t r = 0; r < L; ++r) {
-        if (with_q) std::memcpy(w.q() + r * Sk, row_f32(q, kh, t0 + r, bq), sizeof(float) * Sk);
-        std::memcpy(w.k(L) + r * Sk, row_f32(k, kh, t0 + r, bq), sizeof(float) * Sk);
-    }
+    if (with_q) gather_rows(q, kh, t0, L, bq, d.Sk, w.q());
+    gather_rows(k, kh, t0, L, bq, d.Sk, w.k(L));
 }
 
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
@@ -96,8 +114,10 @@ namespace {
 // in double, so a difference gam_r - gam_s keeps its digits even after a -120 spike.
 void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
     const int64_t gw = w.gw;
-    for (int64_t r = 0; r < L; ++r)
+    for (int64_t r = 0; r < L; ++r) {
+        if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
         add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw, gw);
+    }
     const double *gam_last = w.gam.data() + (L - 1) * gw;
     double *arg = w.exp_arg.data();
     exp_to_float(gam_last, w.gl.data(), gw);
@@ -210,7 +230,7 @@ const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64
         scale_rows(z, w.beta.data(), L, d.Sv, 1, w.dm.data());  // as solve_deltas ends, row by row
         return z;
     }
-    for (int64_t r = 0; r < L; ++r) std::memcpy(w.r.data() + r * d.Sv, row_f32(v, u.h, t0 + r, u.b), sizeof(float) * d.Sv);
+    gather_rows(v, u.h, t0, L, u.b, d.Sv, w.r.data());
     solve_deltas(s0, L, w);
     return w.r.data();
 }
@@ -224,18 +244,6 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
 }
 
-namespace {
-
-// Every cache line of [p, p + bytes): a row that does not start on a line boundary (malloc
-// aligns to 16 bytes, not 64) can span one line more than its length in lines, and reading that
-// last line would wait on memory.
-void prefetch_lines(const char *p, int64_t bytes) {
-    constexpr uintptr_t line = 64;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(line - 1), end = reinterpret_cast<uintptr_t>(p) + bytes;
-    for (uintptr_t a = first; a < end; a += line) __builtin_prefetch(reinterpret_cast<const char *>(a));
-}
-
-}  // namespace
 
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {
     if (t == nullptr) return;

@@ -66,6 +66,15 @@ struct ChunkUnit {
     int64_t b, h;  // sequence, value head
 };
 
+// How far ahead a walk over token rows asks for the next ones: the rows of the caller's tensors
+// are a token stride apart (24-40 KiB at the model shapes), so no hardware prefetcher follows
+// them (asking 6 rows ahead gains 2-3% of the chunked forward and backward; 12 the same).
+constexpr int64_t rows_ahead = 6;
+
+// dst (L rows of n floats, contiguous) = rows t0 .. t0+L-1 of tensor t at (i1, i3), asking for
+// the rows rows_ahead further while it copies.
+void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst);
+
 // Loads K rows t0 .. t0+L-1 of the group, and its Q rows when with_q.
 void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                      int64_t L, bool with_q, ChunkScratch &w);
