@@ -38,7 +38,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     spares = split ? units : 1;
     slot_floats = split ? pieces_slot_floats(d, C) : 0;
     checkpoints.resize(units * segments * area);
-    errors.resize(max_chunk <= d.Sk ? units * tokens * Sv : 0);
+    kept_z.resize(max_chunk <= d.Sk ? units * tokens * Sv : 0);
     replay.resize(units * replay_slots * area);
     carries.resize((units + spares) * area);
     carry_slab.resize(units + spares);
@@ -48,7 +48,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
 
 uint64_t GroupBackward::bytes() const {
     uint64_t n = carry_slab.size() * sizeof(int64_t);
-    for (const auto *v : {&checkpoints, &errors, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
+    for (const auto *v : {&checkpoints, &kept_z, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
     return n;
 }
 
@@ -58,11 +58,12 @@ int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? end
 
 float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
 
-// Unit u's rows of Z from token t0 on (nullptr: Z not kept).
-float *errors_of(GroupBackward &g, int64_t u, int64_t t0) {
-    return g.errors.empty() ? nullptr : g.errors.data() + (u * g.tokens + t0) * g.Sv;
+// Unit u's kept Z of chunk ci (nullptr: not kept). The last chunk's is not: the forward pass
+// would prepare that chunk only to solve it, and the reverse walk prepares it anyway.
+float *kept_z_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
+    if (g.kept_z.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
+    return g.kept_z.data() + (u * g.tokens + start_of(ends, ci)) * g.Sv;
 }
-
 
 // Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
 float *entry(GroupBackward &g, int64_t u, int64_t seg, int64_t j) {
@@ -84,33 +85,31 @@ Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
     return {c0, std::min<int64_t>(static_cast<int64_t>(ends.size()), c0 + per_seg)};
 }
 
-// One chunk forward of unit u (the group's chunk and K K^T loaded) from state s: the chunk's Z
-// kept, and s_next = the state after the chunk (nullptr: not needed).
-void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq, int64_t kh, int64_t u,
-                   const float *s, float *s_next, GroupBackward &g, ChunkScratch &c) {
+// One chunk forward of unit u (the group's chunk and K K^T loaded): s_next = the state after the
+// chunk from s. The forward pass solves for Dm and keeps the chunk's Z where kept_z_of has room
+// (replay = false); the replay takes Dm from that Z (replay = true).
+void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq, int64_t kh,
+                   int64_t u, const float *s, float *s_next, bool replay, GroupBackward &g, ChunkScratch &c) {
     const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
-    if (ci + 1 < static_cast<int64_t>(ends.size())) prefetch_unit_rows(a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
+    float *kept = kept_z_of(g, ends, u, ci);
+    if (ci + 1 < static_cast<int64_t>(ends.size()))
+        prefetch_unit_rows(replay && kept ? nullptr : a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
     prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
-    const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, nullptr, c);
-    if (float *kept = errors_of(g, u, t0)) std::memcpy(kept, z, sizeof(float) * L * g.Sv);
-    if (s_next) advance_state(s, s_next, L, c);
+    const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept : nullptr, c);
+    if (!replay && kept) std::memcpy(kept, z, sizeof(float) * L * g.Sv);
+    advance_state(s, s_next, L, c);
 }
 
-// The entry states of the segment's chunks after its first, from its checkpoint and the kept Z.
+// The entry states of the segment's chunks after its first, from its checkpoint.
 void replay_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, UnitRange units,
                     int64_t seg, GroupBackward &g, ChunkScratch &c) {
     const Segment s = segment_of(a, ends, seg, g);
     for (int64_t ci = s.c0; ci + 1 < s.c1; ++ci) {
-        const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
-        load_group_chunk(*a.q, *a.k, a.dims, bq, kh, t0, L, false, c);
-        for (int64_t u = units.begin; u < units.end; ++u) {
-            const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
-            const float *s0 = entry(g, u, seg, ci - s.c0);
-            prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
-            chunk_deltas(*a.v, a.dims, unit, t0, L, s0, errors_of(g, u, t0), c);
-            advance_state(s0, entry(g, u, seg, ci - s.c0 + 1), L, c);
-        }
+        const int64_t t0 = start_of(ends, ci), j = ci - s.c0;
+        load_group_chunk(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, false, c);
+        for (int64_t u = units.begin; u < units.end; ++u)
+            forward_chunk(a, ends, ci, bq, kh, u, entry(g, u, seg, j), entry(g, u, seg, j + 1), true, g, c);
     }
 }
 
@@ -122,7 +121,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-    float *kept = errors_of(g, u, t0);
+    const float *kept = kept_z_of(g, ends, u, ci);
     prefetch_unit_rows(kept ? nullptr : a.v, *a.g, *a.beta, d, unit, prev_start, t0);
     prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
@@ -175,11 +174,11 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
         const int64_t j = ci % per_seg;
         return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
     };
-    for (int64_t ci = 0; ci < chunks; ++ci) {
+    for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
         const int64_t t0 = start_of(ends, ci);
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, ends[ci] - t0, false, w.chunk);
         for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, bq, kh, u, running(ci, u), ci + 1 < chunks ? running(ci + 1, u) : nullptr, g, w.chunk);
+            forward_chunk(a, ends, ci, bq, kh, u, running(ci, u), running(ci + 1, u), false, g, w.chunk);
     }
 }
 

@@ -59,8 +59,6 @@ float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
 }
 
-int64_t token_stride_floats(const gdn_tensor &t) { return t.nb[2] / static_cast<int64_t>(sizeof(float)); }
-
 // dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
 // Channels innermost, so the running sums of all channels advance together (no add chains).
 void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardWork &w) {
@@ -161,7 +159,8 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
         }
     // dbeta_r = Y_r . Z_r (Z = R - M Dm).
     if (a.dbeta)
-        for (int64_t r = 0; r < L; ++r) *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
+        for (int64_t r = 0; r < L; ++r)
+            *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;

@@ -21,9 +21,9 @@ struct UnitPieces {
 };
 
 // The unit's backward over chunk [t0, t0 + L) from its entry state s0 and its Z (L x Sv, kept by
-// the forward pass; nullptr: solved again, chunk_deltas): dsl = dL/dS_L in, ds0 = dL/dS0 out; writes the unit's dv, dg, dbeta rows.
-// The group's Q, K rows (and GDA's gram) are loaded in w.chunk. The pieces point into w (valid
-// until its next call).
+// the forward pass; nullptr: solved again, chunk_deltas): dsl = dL/dS_L in, ds0 = dL/dS0 out;
+// writes the unit's dv, dg, dbeta rows. The group's Q, K rows (and GDA's gram) are loaded in
+// w.chunk. The pieces point into w (valid until its next call).
 UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
                                const float *z, const float *dsl, float *ds0, BackwardWork &w);
 

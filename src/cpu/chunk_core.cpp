@@ -244,7 +244,6 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
 }
 
-
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {
     if (t == nullptr) return;
     for (int64_t r = t_begin; r < t_end; ++r)
@@ -283,18 +282,23 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
 }
 
 void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd) {
+#if defined(__SSE2__)
+    // Whole cache lines only (a partly streamed line would leave a write-combining buffer half
+    // full); a row's first and last partial lines are stored as usual.
+    constexpr int64_t line_floats = 16;
     for (int64_t r = 0; r < L; ++r) {
         const float *s = src + r * n;
         float *d = dst + r * ldd;
         int64_t i = 0;
-#if defined(__SSE2__)
-        for (; i < n && reinterpret_cast<uintptr_t>(d + i) % 16 != 0; ++i) d[i] = s[i];
-        for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_loadu_ps(s + i));
-#endif
+        for (; i < n && reinterpret_cast<uintptr_t>(d + i) % (line_floats * sizeof(float)) != 0; ++i) d[i] = s[i];
+        for (; i + line_floats <= n; i += line_floats)
+            for (int64_t part = 0; part < line_floats; part += 4)
+                _mm_stream_ps(d + i + part, _mm_loadu_ps(s + i + part));
         for (; i < n; ++i) d[i] = s[i];
     }
-#if defined(__SSE2__)
     _mm_sfence();  // the streamed stores are ordered before anything this thread does next
+#else
+    for (int64_t r = 0; r < L; ++r) std::memcpy(dst + r * ldd, src + r * n, sizeof(float) * n);
 #endif
 }
 

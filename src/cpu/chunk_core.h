@@ -66,6 +66,9 @@ struct ChunkUnit {
     int64_t b, h;  // sequence, value head
 };
 
+// Floats from one token's row of t to the next (rows are contiguous with a token stride in floats).
+inline int64_t token_stride_floats(const gdn_tensor &t) { return t.nb[2] / static_cast<int64_t>(sizeof(float)); }
+
 // How far ahead a walk over token rows asks for the next ones: the rows of the caller's tensors
 // are a token stride apart (24-40 KiB at the model shapes), so no hardware prefetcher follows
 // them (asking 6 rows ahead gains 2-3% of the chunked forward and backward; 12 the same).

@@ -52,7 +52,7 @@ struct BackwardLayout {
 //     pieces the moment the unit has computed them, while they are in cache (no copies);
 //   split schedule (backward_schedule.h: rounds over all groups' units) from these steps:
 //     backward_checkpoints     (unit)   the forward pass: the unit's state at every segment start,
-//                                       and (when kept) every token's prediction error Z
+//                                       and (when kept) the chunks' prediction errors Z
 //     backward_gram            (group)  GDA: [Q; K] K^T of the last segment's chunks
 //     then per segment, last to first:
 //       backward_unit_segment  (unit)   replay the segment, walk its chunks backwards: the unit's
@@ -61,11 +61,11 @@ struct BackwardLayout {
 //                                       same function on copies of the same operands), the
 //                                       group products (GDA), dq, dk rows written
 //       backward_gram          (group)  the grams of the segment before (read by every unit)
-// The forward pass keeps every chunk's Z (chunk_core.h: Dm = diag(beta) Z) where a chunk's Z is
-// no larger than a state (C <= Sk; so the workspace stays within two states per chunk), and the
-// replay and the reverse walk take Dm from it instead of solving again (V - Kg S0 and the
-// substitution: about a tenth of the backward's products at the models' shapes); the same bits
-// either way.
+// The forward pass keeps every chunk's Z but the last's (chunk_core.h: Dm = diag(beta) Z) where a
+// chunk's Z is no larger than a state (C <= Sk; so the workspace stays within two states per
+// chunk), and the replay and the reverse walk take Dm from it instead of solving again (V - Kg S0
+// and the substitution: about a tenth of the backward's products at the models' shapes); the
+// same bits either way.
 // A unit step reads only its own unit's state and the group's inputs, so the units of a group
 // may run on different workers. Either way each chunk's accumulators start at zero and take the
 // units' pieces in unit order through the same (not inlined) function, so the bits do not depend
@@ -99,7 +99,7 @@ struct GroupBackward {
     int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0;
     int64_t spares = 1, slot_floats = 0, tokens = 0, Sv = 0;
     std::vector<float> checkpoints;  // units x segments x area
-    std::vector<float> errors;       // units x tokens x Sv: every chunk's Z (when C <= Sk, else empty)
+    std::vector<float> kept_z;       // units x tokens x Sv: the chunks' Z (when C <= Sk, else empty)
     std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
     // dL/dS at each unit's current chunk end, and spares for the next (one shared by the units of
     // the group schedule, one per unit in the split one): (units + spares) x area, carry_slab

@@ -50,7 +50,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
                 chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
                 store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
-                                    a.out->nb[2] / static_cast<int64_t>(sizeof(float)));
+                                    token_stride_floats(*a.out));
             } else {
                 chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             }

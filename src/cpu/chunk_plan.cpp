@@ -83,7 +83,8 @@ void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &e
                 for (int64_t u = 0; u < per_kh * per_bq; ++u) {
                     const int64_t b = group.bq * per_bq + u / per_kh, h = d.value_head_of(group.kh, u % per_kh);
                     gates[u] = reinterpret_cast<const float *>(element_ptr(*group.g, 0, h, t, b));
-                    if (t + rows_ahead < d.T) prefetch_rows(group.g, h, t + rows_ahead, t + rows_ahead + 1, b, d.gate_width);
+                    if (t + rows_ahead < d.T)
+                        prefetch_rows(group.g, h, t + rows_ahead, t + rows_ahead + 1, b, d.gate_width);
                 }
                 if (!span.try_add(gates)) {
                     end = t == start ? start + 1 : t;  // a token alone may exceed the limit
