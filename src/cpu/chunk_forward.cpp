@@ -42,17 +42,15 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             prefetch_unit_rows(a.v, *a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
             prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, c);
+            chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows
                 // (rows are contiguous with a token stride in floats).
                 float *o = w.out_rows.data();
                 gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, o, Sv, c.pack.data());
-                chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
                 store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
                                     token_stride_floats(*a.out));
-            } else {
-                chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             }
             advance_state(s, s, L, c);
             const int64_t slot = d.T - t1;
