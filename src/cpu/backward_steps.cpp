@@ -95,7 +95,7 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
     float *kept = kept_z_of(g, ends, u, ci);
     if (ci + 1 < static_cast<int64_t>(ends.size()))
         prefetch_unit_rows(replay && kept ? nullptr : a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
-    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, c);
+    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, nullptr, c);
     const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept : nullptr, c);
     if (!replay && kept) std::memcpy(kept, z, sizeof(float) * L * g.Sv);
     advance_state(s, s_next, L, c);

@@ -122,7 +122,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
     const bool kda = gw != 1;
     float *pack = c.pack.data();
-    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, c);
+    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, nullptr, c);
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
     const float *P = c.p.data(), *A = c.a.data(), *Dm = c.dm.data();
     const float *Qg = c.qg(), *Kg = c.kg(L);

@@ -112,16 +112,21 @@ namespace {
 
 // Prefix sums of the chunk's gates and the exponentials every formula uses. Prefix sums are
 // in double, so a difference gam_r - gam_s keeps its digits even after a -120 spike.
-void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, ChunkScratch &w) {
+// planned_gam: the prefix sums the planner kept (ChunkPlanner::next_end), else nullptr.
+void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, const double *planned_gam, ChunkScratch &w) {
     const int64_t gw = w.gw;
-    for (int64_t r = 0; r < L; ++r) {
-        if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
-        add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw, gw);
+    const double *gam = planned_gam;
+    if (gam == nullptr) {
+        for (int64_t r = 0; r < L; ++r) {
+            if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
+            add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw, gw);
+        }
+        gam = w.gam.data();
     }
-    const double *gam_last = w.gam.data() + (L - 1) * gw;
+    const double *gam_last = gam + (L - 1) * gw;
     double *arg = w.exp_arg.data();
     exp_to_float(gam_last, w.gl.data(), gw);
-    exp_to_float(w.gam.data(), w.e.data(), L * gw);
+    exp_to_float(gam, w.e.data(), L * gw);
     // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel. chunk_plan keeps every
     // channel's prefix sums and the 0 they start from within a span of 60 inside a chunk of more
     // than one token, so |gam| <= 60, exp(gam) is a normal float and exp(-gam) = 1 / exp(gam) is
@@ -134,14 +139,14 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, Chun
             for (int64_t i = 0; i < gw; ++i) w.f[r * gw + i] = w.gl[i] * w.einv[r * gw + i];
     } else {
         for (int64_t r = 0; r < L; ++r)
-            for (int64_t i = 0; i < gw; ++i) arg[r * gw + i] = gam_last[i] - w.gam[r * gw + i];
+            for (int64_t i = 0; i < gw; ++i) arg[r * gw + i] = gam_last[i] - gam[r * gw + i];
         exp_to_float(arg, w.f.data(), L * gw);
     }
     if (!w.kda) {
         // Only s < r is read: the strict lower triangle, its rows one after another in arg
         // (row r starts at r (r - 1) / 2), then each row into place.
         for (int64_t r = 1; r < L; ++r)
-            for (int64_t s = 0; s < r; ++s) arg[r * (r - 1) / 2 + s] = w.gam[r] - w.gam[s];
+            for (int64_t s = 0; s < r; ++s) arg[r * (r - 1) / 2 + s] = gam[r] - gam[s];
         float *packed = w.gam_mat.data() + L * L - L * (L - 1) / 2;  // the tail: rows move forward into place
         exp_to_float(arg, packed, L * (L - 1) / 2);
         for (int64_t r = 1; r < L; ++r)
@@ -171,10 +176,10 @@ void invert_unit_lower(int64_t L, ChunkScratch &w) {
 }  // namespace
 
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
-                        bool with_q, bool with_inverse, ChunkScratch &w) {
+                        bool with_q, bool with_inverse, const double *planned_gam, ChunkScratch &w) {
     const int64_t Sk = d.Sk, gw = w.gw;
     for (int64_t r = 0; r < L; ++r) w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
-    compute_gates(g, u, t0, L, w);
+    compute_gates(g, u, t0, L, planned_gam, w);
     if (with_q) scale_rows(w.q(), w.e.data(), L, Sk, gw, w.qg());
     scale_rows(w.k(L), w.e.data(), L, Sk, gw, w.kg(L));
     scale_rows(w.k(L), w.f.data(), L, Sk, gw, w.kl.data());

@@ -97,9 +97,11 @@ void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, i
                       int64_t L, bool with_qk, ChunkScratch &w);
 
 // Loads the unit's beta and g rows and computes gates, Qg (when with_q), Kg, Kl, M, P (when
-// with_q) and A (when with_inverse: the backward's adjoint reads it, Dm does not).
+// with_q) and A (when with_inverse: the backward's adjoint reads it, Dm does not). planned_gam:
+// the unit's prefix sums of the chunk's gates as ChunkPlanner::next_end kept them (L x gw, the
+// g rows are then not read), or nullptr.
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
-                        bool with_q, bool with_inverse, ChunkScratch &w);
+                        bool with_q, bool with_inverse, const double *planned_gam, ChunkScratch &w);
 
 // Dm of the unit's chunk (prepare_unit_chunk done) from its entry state s0, and Z = R - M Dm
 // (row r: token r's prediction error v_r - S_{r-1}^T k_r, the state decayed to r; Dm =

@@ -9,6 +9,7 @@
 
 #include "core/problem.h"
 #include "cpu/chunk_core.h"
+#include "cpu/chunk_plan.h"
 
 namespace gdn::cpu {
 
@@ -24,15 +25,18 @@ struct ForwardWork {
     ChunkScratch chunk;
     std::vector<float> states;  // units x Sk x Sv: the running states
     std::vector<float> out_rows;  // C x Sv: a chunk's output rows before they are streamed out
+    ChunkPlanner planner;
+    std::vector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums the planner kept
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 };
 
 // Units [unit_begin, unit_end) of the group (all of them, or a slice when there are fewer groups
 // than threads: the units of a forward are independent, and each slice computes the group's
-// Q K^T, K K^T itself, so the bits do not depend on the slicing).
-void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
-                   int64_t unit_begin, int64_t unit_end, ForwardWork &w);
+// Q K^T, K K^T itself, so the bits do not depend on the slicing). Chunks of at most max_chunk
+// tokens, cut where plan_chunks cuts them, planned as the forward goes.
+void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
+                   int64_t unit_end, ForwardWork &w);
 
 // The backward stores the entry state of the first chunk of every segment of `chunks_per_segment`
 // chunks, then replays one segment at a time (chunks_per_segment is 1 unless snapshots or KDA

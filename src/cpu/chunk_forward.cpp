@@ -12,13 +12,18 @@ namespace gdn::cpu {
 void ForwardWork::resize(const Dims &d, int64_t max_chunk) {
     chunk.resize(d, max_chunk);
     out_rows.resize(max_chunk * d.Sv);
-    states.resize(d.value_heads_per_key_head() * d.sequences_per_qk_sequence() * d.Sk * d.Sv);
+    states.resize(units_of(d) * d.Sk * d.Sv);
+    planned_gam.resize(d.gate_width != 1 ? units_of(d) * max_chunk * d.gate_width : 0);
+    planner.resize(d);
 }
 
-uint64_t ForwardWork::bytes() const { return chunk.bytes() + (states.size() + out_rows.size()) * sizeof(float); }
+uint64_t ForwardWork::bytes() const {
+    return chunk.bytes() + (states.size() + out_rows.size()) * sizeof(float) + planned_gam.size() * sizeof(double) +
+           planner.bytes();
+}
 
-void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
-                   int64_t unit_begin, int64_t unit_end, ForwardWork &w) {
+void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
+                   int64_t unit_end, ForwardWork &w) {
     const Dims &d = a.dims;
     const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
     const float scale = static_cast<float>(d.scale);
@@ -30,10 +35,14 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
         else std::fill(s, s + area, 0.0f);
     }
     const bool with_out = a.out != nullptr;
-    int64_t t0 = 0;
-    for (size_t ci = 0; ci < ends.size(); ++ci) {
-        const int64_t t1 = ends[ci], L = t1 - t0;
-        const int64_t next_end = ci + 1 < ends.size() ? ends[ci + 1] : t1;
+    const int64_t max_len = std::min(max_chunk, d.T);
+    const bool kda = d.gate_width != 1;
+    // Chunks are planned as they come (every unit of the group, whatever the slice, so that every
+    // slice cuts the same chunks); the rows of the next one are asked for at its longest.
+    w.planner.reset(GroupRef{a.g, &d, bq, kh}, max_len);
+    for (int64_t t0 = 0; t0 < d.T;) {
+        const int64_t t1 = w.planner.next_end(t0, kda ? w.planned_gam.data() : nullptr), L = t1 - t0;
+        const int64_t next_end = std::min(d.T, t1 + max_len);
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, with_out, c);
         if (with_out) prefetch_rows(a.q, kh, t1, next_end, bq, Sk);
         prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
@@ -41,7 +50,8 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, const std::vect
             const ChunkUnit unit = group_unit(d, bq, kh, u);
             prefetch_unit_rows(a.v, *a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
-            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, c);
+            const double *planned_gam = kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr;
+            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, planned_gam, c);
             chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows

@@ -25,75 +25,80 @@ GDN_VECTORIZED bool span_fits(const double *__restrict sum, const double *__rest
     return exceeds == 0;
 }
 
+// Adds the gates to the running sums (and keeps the new sums in row when it is given).
 GDN_VECTORIZED void span_add(double *__restrict sum, double *__restrict lo, double *__restrict hi,
-                             const float *__restrict gate, int64_t width) {
+                             const float *__restrict gate, double *__restrict row, int64_t width) {
     for (int64_t i = 0; i < width; ++i) {
         const double s = sum[i] + clamp_gate(gate[i]);
         sum[i] = s;
         lo[i] = s < lo[i] ? s : lo[i];
         hi[i] = hi[i] < s ? s : hi[i];
     }
+    if (row != nullptr)
+        for (int64_t i = 0; i < width; ++i) row[i] = sum[i];
 }
-
-// Per-channel running prefix sums and their min/max since the chunk start, for every unit.
-struct SpanTracker {
-    int64_t width = 0;
-    std::vector<double> sum, lo, hi;
-
-    void reset() {
-        std::fill(sum.begin(), sum.end(), 0.0);
-        std::fill(lo.begin(), lo.end(), 0.0);
-        std::fill(hi.begin(), hi.end(), 0.0);
-    }
-    // Would adding these gates keep every channel within the limit? Updates only when yes.
-    bool try_add(const std::vector<const float *> &gates) {
-        for (size_t u = 0; u < gates.size(); ++u)
-            if (!span_fits(&sum[u * width], &lo[u * width], &hi[u * width], gates[u], width)) return false;
-        for (size_t u = 0; u < gates.size(); ++u)
-            span_add(&sum[u * width], &lo[u * width], &hi[u * width], gates[u], width);
-        return true;
-    }
-};
 
 }  // namespace
 
-void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends) {
+void ChunkPlanner::resize(const Dims &d) {
+    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+    const int64_t width = d.gate_width != 1 ? d.gate_width : 0;
+    sum_.resize(units * width);
+    lo_.resize(units * width);
+    hi_.resize(units * width);
+    gates_.resize(units);
+}
+
+void ChunkPlanner::reset(const GroupRef &group, int64_t max_len) {
     const Dims &d = *group.dims;
-    ends.clear();
-    const int64_t first_snapshot_end = d.T - d.written_slots() + 1;  // chunks end at every t >= this
-    const bool per_channel = d.gate_width != 1;
+    group_ = group;
+    max_len_ = max_len;
+    first_snapshot_end_ = d.T - d.written_slots() + 1;  // chunks end at every t >= this
+    width_ = d.gate_width != 1 ? d.gate_width : 0;
+    units_ = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+}
+
+uint64_t ChunkPlanner::bytes() const {
+    return (sum_.size() + lo_.size() + hi_.size()) * sizeof(double) + gates_.size() * sizeof(const float *);
+}
+
+int64_t ChunkPlanner::next_end(int64_t start, double *sums) {
+    const Dims &d = *group_.dims;
+    int64_t end = std::min(d.T, start + max_len_);
+    if (end > first_snapshot_end_) end = std::max(start + 1, first_snapshot_end_);
+    if (width_ == 0) return end;
+    std::fill(sum_.begin(), sum_.end(), 0.0);
+    std::fill(lo_.begin(), lo_.end(), 0.0);
+    std::fill(hi_.begin(), hi_.end(), 0.0);
     const int64_t per_kh = d.value_heads_per_key_head(), per_bq = d.sequences_per_qk_sequence();
-    SpanTracker span;
-    std::vector<const float *> gates;
-    if (per_channel) {
-        span.width = d.gate_width;
-        const size_t n = static_cast<size_t>(per_kh * per_bq * d.gate_width);
-        span.sum.resize(n);
-        span.lo.resize(n);
-        span.hi.resize(n);
-        gates.resize(per_kh * per_bq);
-    }
-    int64_t start = 0;
-    while (start < d.T) {
-        int64_t end = std::min(d.T, start + max_len);
-        if (end > first_snapshot_end) end = std::max(start + 1, first_snapshot_end);
-        if (per_channel) {
-            span.reset();
-            for (int64_t t = start; t < end; ++t) {
-                for (int64_t u = 0; u < per_kh * per_bq; ++u) {
-                    const int64_t b = group.bq * per_bq + u / per_kh, h = d.value_head_of(group.kh, u % per_kh);
-                    gates[u] = reinterpret_cast<const float *>(element_ptr(*group.g, 0, h, t, b));
-                    if (t + rows_ahead < d.T)
-                        prefetch_rows(group.g, h, t + rows_ahead, t + rows_ahead + 1, b, d.gate_width);
-                }
-                if (!span.try_add(gates)) {
-                    end = t == start ? start + 1 : t;  // a token alone may exceed the limit
-                    break;
-                }
-            }
+    for (int64_t t = start; t < end; ++t) {
+        for (int64_t u = 0; u < units_; ++u) {
+            const int64_t b = group_.bq * per_bq + u / per_kh, h = d.value_head_of(group_.kh, u % per_kh);
+            gates_[u] = reinterpret_cast<const float *>(element_ptr(*group_.g, 0, h, t, b));
+            if (t + rows_ahead < d.T) prefetch_rows(group_.g, h, t + rows_ahead, t + rows_ahead + 1, b, width_);
         }
-        ends.push_back(end);
-        start = end;
+        // Would adding token t's gates keep every channel of every unit within the limit? Added
+        // only when yes; a token alone may exceed it.
+        bool fits = true;
+        for (int64_t u = 0; u < units_ && fits; ++u)
+            fits = span_fits(&sum_[u * width_], &lo_[u * width_], &hi_[u * width_], gates_[u], width_);
+        if (!fits && t > start) return t;
+        for (int64_t u = 0; u < units_; ++u)
+            span_add(&sum_[u * width_], &lo_[u * width_], &hi_[u * width_], gates_[u],
+                     sums ? sums + (u * max_len_ + t - start) * width_ : nullptr, width_);
+        if (!fits) return start + 1;
+    }
+    return end;
+}
+
+void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends) {
+    ChunkPlanner planner;
+    planner.resize(*group.dims);
+    planner.reset(group, max_len);
+    ends.clear();
+    for (int64_t start = 0; start < group.dims->T;) {
+        start = planner.next_end(start, nullptr);
+        ends.push_back(start);
     }
 }
 

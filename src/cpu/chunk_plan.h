@@ -30,6 +30,30 @@ struct GroupRef {
     int64_t bq, kh;
 };
 
+// Plans a group's chunks front to back, one at a time: plan_chunks runs it over all T tokens
+// (the backward needs every end before it starts), the forward as it goes, so that a KDA chunk's
+// gate rows are read once: the prefix sums that decide where the chunk ends are the ones
+// compute_gates would add up again (the same additions in the same order), and are kept.
+class ChunkPlanner {
+public:
+    // Allocates for groups of calls like d (reset and next_end allocate nothing: the forward
+    // plans on its workers, and allocation stays with the caller's thread).
+    void resize(const Dims &d);
+    // Starts planning the group's tokens (its dims no wider than those of resize).
+    void reset(const GroupRef &group, int64_t max_len);
+    // The end (exclusive) of the chunk that starts at `start` < T. For per-channel gates with
+    // sums given: unit u's prefix sums of the chunk's gates (restarted at start) in row r of
+    // sums + u * max_len * gate_width (rows of gate_width doubles, r < end - start).
+    int64_t next_end(int64_t start, double *sums);
+    uint64_t bytes() const;
+
+private:
+    GroupRef group_{};
+    int64_t max_len_ = 0, first_snapshot_end_ = 0, width_ = 0, units_ = 0;
+    std::vector<double> sum_, lo_, hi_;  // units x width: running sums since the chunk start, their min and max
+    std::vector<const float *> gates_;   // units: the gate rows of the token being added
+};
+
 // Chunk ends (exclusive), ascending, the last one T.
 void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends);
 

@@ -90,10 +90,9 @@ public:
                         items_.push_back({c, group, group, slice * units / slices, (slice + 1) * units / slices, d.T});
             }
         }
-        plan(calls, max_chunk);
         token_forward_.resize(threads);
         forward_.resize(threads);
-        workspace_ = plan_bytes();
+        workspace_ = 0;
         for (int w = 0; w < threads; ++w) {
             token_forward_[w].resize(widest);
             workspace_ += token_forward_[w].bytes();
@@ -113,8 +112,8 @@ public:
             if (item.plan < 0) {
                 cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker]);
             } else {
-                cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, plans_[plan_index(item)], item.unit_begin,
-                                   item.unit_end, forward_[worker]);
+                cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
+                                   forward_[worker]);
             }
         });
         return {};
@@ -184,7 +183,7 @@ public:
 
     // Caller-provided threads (gdn_forward_share): the same items as forward() with nth workers,
     // this share's slice of them, on scratch that belongs to the calling thread. Everything is
-    // allocated (and this share's groups planned) before anything is written.
+    // allocated (and, for the backward, this share's groups planned) before anything is written.
     Status forward_share(const ForwardArgs &a, int ith, int nth) override {
         const Dims &d = a.dims;
         if (d.N > 0) return packed_shares_unsupported();
@@ -198,10 +197,8 @@ public:
         }
         const int64_t max_chunk = chunk_length(d, false), slices = forward_slices(d, nth), items = d.Bq * d.Hk * slices;
         const int64_t begin = cpu::share_begin(items, ith, nth), end = cpu::share_begin(items, ith + 1, nth);
-        s.plan_groups(d, *a.g, max_chunk, begin / slices, (end + slices - 1) / slices);
         s.forward.resize(d, max_chunk);
-        for (int64_t item = begin; item < end; ++item)
-            run_forward_item(a, item, slices, s.plan_of(item / slices), s.forward);
+        for (int64_t item = begin; item < end; ++item) run_forward_item(a, item, slices, max_chunk, s.forward);
         return {};
     }
 
@@ -262,12 +259,12 @@ private:
         return groups >= workers ? 1 : std::min<int64_t>(units, (workers + groups - 1) / groups);
     }
 
-    static void run_forward_item(const ForwardArgs &a, int64_t item, int64_t slices, const std::vector<int64_t> &plan,
+    static void run_forward_item(const ForwardArgs &a, int64_t item, int64_t slices, int64_t max_chunk,
                                  cpu::ForwardWork &w) {
         const Dims &d = a.dims;
         const int64_t group = item / slices, slice = item % slices;
         const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
-        cpu::forward_group(a, group / d.Hk, group % d.Hk, plan, slice * units / slices, (slice + 1) * units / slices, w);
+        cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, slice * units / slices, (slice + 1) * units / slices, w);
     }
 
     static BackwardLayout widest_layout_of(const std::vector<std::vector<int64_t>> &plans, const Dims &d, int64_t max_chunk) {
