@@ -8,9 +8,11 @@
 //   dP  = dOc Dm^T (s <= r),   dM = -diag(beta) Y Dm^T (s < r)
 //   dV  = diag(beta) Y,   dbeta_r = Y_r . (R - M Dm)_r
 // (Dm = A diag(beta) R gives dA = dDm (beta o R)^T, dLmat = -A^T dA A^T = -Y Dm^T, dM = diag(beta) dLmat.)
-// The gate gradient is assembled per token without cancelling sums: every exp(gam_r - gam_s)
-// factor (pairs s < r inside the chunk, and (L, r) for Kl) contributes to dg_t only for
-// s < t <= r, every exp(gam_r) factor (Qg, Kg) to dg_t for t <= r, and gL to every t.
+// The gate gradient is assembled per token: every exp(gam_r - gam_s) factor (pairs s < r inside
+// the chunk, and (L, r) for Kl) contributes to dg_t only for s < t <= r, every exp(gam_r) factor
+// (Qg, Kg) to dg_t for t <= r, and gL to every t. The pairs crossing t are summed in double, as
+// pair_t = pair_t+1 + (row t's pairs) - (column t's pairs): GDA pair by pair, KDA from the row and
+// column sums its products already give (kda_pair_sums).
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
@@ -33,6 +35,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     dqkg.resize(2 * C * Sk);
     dkl.resize(C * Sk);
     dkinv.resize(kda ? C * Sk : 0);
+    dpm_kinv.resize(kda ? 2 * C * Sk : 0);
     dpm.resize(2 * C * C);
     dp_diag.resize(kda ? C : 0);
     dq.resize(C * Sk);
@@ -41,13 +44,13 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     gm.resize(kda ? 0 : C * C);
     gm_pair.resize(kda ? 0 : 2 * C * C);
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
-    acc.resize(std::max<int64_t>(C, 2) * gw);
+    acc.resize(kda ? 2 * gw : std::max<int64_t>(C, 2));
     wterm.resize(gw);
 }
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm, &dp_diag, &dq, &dk, &gp, &gm, &gm_pair})
+    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dq, &dk, &gp, &gm, &gm_pair})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
     return n;
@@ -91,25 +94,24 @@ void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
     }
 }
 
-// KDA: the per-channel pair terms of the gate gradient (X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri)
-// Kinv_si, s < r); then dP's diagonal (no gate) set aside and the factored exp(gam_r - gam_s)
-// products: dKinv = [dP; dM]^T [Qg; Kg], [dQg; dKg] += [dP; dM] Kinv (strict parts).
-void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, const float *dM, BackwardWork &w) {
+// KDA: dP's diagonal (no gate) set aside, then the factored exp(gam_r - gam_s) products of the
+// strict parts: dKinv = [dP; dM]^T [Qg; Kg], [dQg; dKg] += [dP; dM] Kinv; and from the same
+// products the per-channel pair terms of the gate gradient (kda_pair_sums: the pairs
+// X^i_rs = (dP_rs Qg_ri + dM_rs Kg_ri) Kinv_si by row and by column, instead of one by one).
+void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
     const float *Qg = c.qg(), *Kg = c.kg(L), *Kinv = c.kinv.data();
     float *pack = c.pack.data();
-    const int64_t gw = Sk;
-    if (L > 1)
-        for (int64_t t = L - 1; t >= 1; --t)
-            kda_pair_row(t, Sk, dP + t * L, dM + t * L, Qg + t * Sk, Kg + t * Sk, Kinv, w.acc.data(),
-                         t + 1 < L ? w.pair.data() + (t + 1) * gw : nullptr, w.pair.data() + t * gw);
     for (int64_t r = 0; r < L; ++r) {
         w.dp_diag[r] = dP[r * L + r];
         dP[r * L + r] = 0.0f;
     }
     if (L > 1) {
+        float *dpm_kinv = w.dpm_kinv.data();
         gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
-        gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), true, w.dqkg.data(), Sk, pack);
+        gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), false, dpm_kinv, Sk, pack);
+        axpy(1.0f, dpm_kinv, w.dqkg.data(), 2 * L * Sk);  // the bits of the product added in place
+        kda_pair_sums(L, Sk, Qg, Kg, Kinv, dpm_kinv, dpm_kinv + L * Sk, w.dkinv.data(), w.pair.data());
     }
 }
 
@@ -166,7 +168,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
     std::vector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
     std::fill_n(pair.begin(), L * gw, 0.0);  // row 0 has no pairs (s < 0); the pair terms below write rows >= 1
-    std::fill_n(acc.begin(), L * gw, 0.0);
+    if (!kda) std::fill_n(acc.begin(), L, 0.0);  // gda_pairs' column sums
     if (kda) {
         products_f64(dQg, Qg, dKg, Kg, single.data(), L * Sk);
         products_f64(w.dkl.data(), c.kl.data(), nullptr, nullptr, link.data(), L * Sk);
@@ -186,7 +188,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
         wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
 
-    if (kda) kda_pairs_and_products(L, Sk, dP, dM, w);
+    if (kda) kda_pairs_and_products(L, Sk, dP, w);
     else gda_pairs(L, dP, dM, w);
     assemble_gate_gradient(L, gw, wterm, w);
     if (a.dg)

@@ -85,12 +85,14 @@ struct BackwardWork {
     std::vector<float> y, ddm;       // C x Sv
     std::vector<float> dqkg;         // 2C x Sk: dQg, then dKg
     std::vector<float> dkl, dkinv;   // C x Sk
+    std::vector<float> dpm_kinv;     // KDA: 2C x Sk, [dP; dM] Kinv
     std::vector<float> dpm;          // 2C x C: dP, then dM
     std::vector<float> dp_diag;      // KDA: C, the diagonal of dP (zeroed in dpm before its products)
     std::vector<float> dq, dk;       // C x Sk: the group's chunk accumulators
     std::vector<float> gp, gm;       // GDA: C x C, sum over units of dP o Gam, dM o Gam
     std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
-    std::vector<double> single, link, pair, acc, dgam;  // C x gw: gate-gradient pieces
+    std::vector<double> single, link, pair, dgam;  // C x gw: gate-gradient pieces
+    std::vector<double> acc;         // GDA: C column sums of the pairs; then 2 gw running sums
     std::vector<double> wterm;       // gw: the gL term of the gate gradient
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;

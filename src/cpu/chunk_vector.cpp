@@ -1,5 +1,7 @@
 #include "cpu/chunk_vector.h"
 
+#include <algorithm>
+
 #include "cpu/chunk_plan.h"
 #include "cpu/vectorized.h"
 
@@ -173,26 +175,16 @@ GDN_VECTORIZED void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *
     }
 }
 
-GDN_VECTORIZED void kda_pair_row(int64_t t, int64_t n, const float *dP_row, const float *dM_row, const float *qg,
-                                 const float *kg, const float *kinv, double *__restrict acc,
-                                 const double *pair_next, double *__restrict pair) {
-    // pair_t = pair_t+1 - acc[t] + sum_{s < t} X_ts: acc[t] holds the terms with s = t, which
-    // pair_t+1 counted and pair_t does not. The difference is in double: its rounding, about
-    // 1e-16 of |pair_t+1|, is far below what the float gradient keeps.
-    if (pair_next) {
-        const double *acc_t = acc + t * n;
-        for (int64_t i = 0; i < n; ++i) pair[i] = pair_next[i] - acc_t[i];
-    } else {
-        for (int64_t i = 0; i < n; ++i) pair[i] = 0.0;
-    }
-    for (int64_t s = 0; s < t; ++s) {
-        const float cp = dP_row[s], cm = dM_row[s];
-        double *as = acc + s * n;
-        const float *ks = kinv + s * n;
+GDN_VECTORIZED void kda_pair_sums(int64_t L, int64_t n, const float *qg, const float *kg, const float *kinv,
+                                  const float *dp_kinv, const float *dm_kinv, const float *dkinv, double *pair) {
+    for (int64_t t = L - 1; t >= 1; --t) {
+        const double *next = t + 1 < L ? pair + (t + 1) * n : nullptr;
+        const int64_t row = t * n;
+        double *out = pair + row;
         for (int64_t i = 0; i < n; ++i) {
-            const double x = double(cp * qg[i] + cm * kg[i]) * ks[i];
-            as[i] += x;
-            pair[i] += x;
+            const double across = double(qg[row + i]) * dp_kinv[row + i] + double(kg[row + i]) * dm_kinv[row + i];
+            const double down = double(kinv[row + i]) * dkinv[row + i];
+            out[i] = (next ? next[i] : 0.0) + across - down;
         }
     }
 }

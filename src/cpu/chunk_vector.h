@@ -50,11 +50,13 @@ void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int6
 // -beta_r sum_{s < r0} M_rs A_s.
 void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const float *M, float *A);
 
-// Row t of the per-channel pair terms of the KDA gate gradient, rows taken from the last down:
-// X_ts[i] = (cp * qg[i] + cm * kg[i]) * kinv[s][i] for s < t is added to acc[s][i] (which then
-// holds the sum over rows r >= t), and pair[i] = sum_{s < t <= r} X_rs[i], from row t + 1's
-// pair_next (nullptr for the last row).
-void kda_pair_row(int64_t t, int64_t n, const float *dP_row, const float *dM_row, const float *qg, const float *kg,
-                  const float *kinv, double *acc, const double *pair_next, double *pair);
+// The per-channel pair terms of the KDA gate gradient over a chunk of L rows (all L x n),
+// X_rs[i] = (dP_rs qg_r[i] + dM_rs kg_r[i]) kinv_s[i] for s < r, from their row and column sums:
+// dp_kinv = dP Kinv, dm_kinv = dM Kinv and dkinv = dP^T Qg + dM^T Kg over the strict triangles,
+// so row r of X sums to qg_r o dp_kinv_r + kg_r o dm_kinv_r and column s to kinv_s o dkinv_s.
+// Row t of pair (t = 1 .. L-1) gets the sum over the pairs s < t <= r:
+// pair_t = pair_t+1 + (row t's sum) - (column t's sum), in double.
+void kda_pair_sums(int64_t L, int64_t n, const float *qg, const float *kg, const float *kinv, const float *dp_kinv,
+                   const float *dm_kinv, const float *dkinv, double *pair);
 
 }  // namespace gdn::cpu

@@ -1,7 +1,8 @@
 // The element-wise kernels of cpu/chunk_vector.h against plain double arithmetic: exp_to_float
 // over its whole range (the reduction, the polynomial, the 2^k built from bits, the clamps and
 // NaN), add_rows against a sequence of axpy calls, on lengths around the vector widths; the
-// masked triangles, the gate prefix sums, and exp(-x) as 1 / exp(x) where KDA takes it.
+// masked triangles, the gate prefix sums, exp(-x) as 1 / exp(x) where KDA takes it, and the KDA
+// pair terms of the gate gradient from row and column sums.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -147,6 +148,44 @@ TEST(CpuVector, AddGatesClampsAndKeepsNaN) {
         EXPECT_EQ(first[i], clamped) << i;
         EXPECT_EQ(next[i], prev[i] + clamped) << i;
     }
+}
+
+// The KDA pair terms from row and column sums: with exact row and column sums (in double here,
+// from small integers so every product is exact), kda_pair_sums' recursion gives each
+// pair_t = sum_{s < t <= r} X_rs, X_rs[i] = (dP_rs qg_r[i] + dM_rs kg_r[i]) kinv_s[i], exactly as
+// the pairs summed one by one; row 0 is left alone.
+TEST(CpuVector, KdaPairSumsAreTheSumsOverThePairsCrossingEachToken) {
+    for (int64_t L : {1, 2, 5, 64})
+        for (int64_t n : {1, 7, 32}) {
+            std::mt19937 rng(static_cast<uint32_t>(L * 100 + n));
+            std::uniform_int_distribution<int> small(-4, 4);
+            std::vector<float> dP(L * L), dM(L * L), qg(L * n), kg(L * n), kinv(L * n);
+            for (auto *v : {&dP, &dM, &qg, &kg, &kinv})
+                for (float &x : *v) x = static_cast<float>(small(rng));
+            const auto X = [&](int64_t r, int64_t s, int64_t i) {
+                return (double(dP[r * L + s]) * qg[r * n + i] + double(dM[r * L + s]) * kg[r * n + i]) * kinv[s * n + i];
+            };
+            // The strict-triangle products the backward has: dP Kinv, dM Kinv, dP^T Qg + dM^T Kg.
+            std::vector<float> dp_kinv(L * n, 0.0f), dm_kinv(L * n, 0.0f), dkinv(L * n, 0.0f);
+            for (int64_t r = 0; r < L; ++r)
+                for (int64_t s = 0; s < r; ++s)
+                    for (int64_t i = 0; i < n; ++i) {
+                        dp_kinv[r * n + i] += dP[r * L + s] * kinv[s * n + i];
+                        dm_kinv[r * n + i] += dM[r * L + s] * kinv[s * n + i];
+                        dkinv[s * n + i] += dP[r * L + s] * qg[r * n + i] + dM[r * L + s] * kg[r * n + i];
+                    }
+            std::vector<double> pair(L * n, -9.0);
+            gdn::cpu::kda_pair_sums(L, n, qg.data(), kg.data(), kinv.data(), dp_kinv.data(), dm_kinv.data(),
+                                    dkinv.data(), pair.data());
+            for (int64_t i = 0; i < n; ++i) EXPECT_EQ(pair[i], -9.0) << "row 0 written";
+            for (int64_t t = 1; t < L; ++t)
+                for (int64_t i = 0; i < n; ++i) {
+                    double want = 0.0;
+                    for (int64_t r = t; r < L; ++r)
+                        for (int64_t s = 0; s < t; ++s) want += X(r, s, i);
+                    EXPECT_EQ(pair[t * n + i], want) << "L " << L << " t " << t << " i " << i;
+                }
+        }
 }
 
 }  // namespace
