@@ -46,7 +46,7 @@ void ChunkPlanner::resize(const Dims &d) {
     sum_.resize(units * width);
     lo_.resize(units * width);
     hi_.resize(units * width);
-    gates_.resize(units);
+    gates_.resize(width > 0 ? units : 0);  // scalar gates cut by length and slots only
 }
 
 void ChunkPlanner::reset(const GroupRef &group, int64_t max_len) {
@@ -91,15 +91,19 @@ int64_t ChunkPlanner::next_end(int64_t start, double *sums) {
     return end;
 }
 
-void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends) {
-    ChunkPlanner planner;
-    planner.resize(*group.dims);
+void plan_chunks(ChunkPlanner &planner, const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends) {
     planner.reset(group, max_len);
     ends.clear();
     for (int64_t start = 0; start < group.dims->T;) {
         start = planner.next_end(start, nullptr);
         ends.push_back(start);
     }
+}
+
+void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends) {
+    ChunkPlanner planner;
+    planner.resize(*group.dims);
+    plan_chunks(planner, group, max_len, ends);
 }
 
 }  // namespace gdn::cpu

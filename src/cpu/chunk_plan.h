@@ -31,9 +31,10 @@ struct GroupRef {
 };
 
 // Plans a group's chunks front to back, one at a time: plan_chunks runs it over all T tokens
-// (the backward needs every end before it starts), the forward as it goes, so that a KDA chunk's
-// gate rows are read once: the prefix sums that decide where the chunk ends are the ones
-// compute_gates would add up again (the same additions in the same order), and are kept.
+// (the backward needs every end before it starts), the forward as it goes, so that the forward
+// reads a KDA chunk's gate rows once (once per slice when a group's units are split over
+// workers: each slice plans every unit): the prefix sums that decide where the chunk ends are
+// the ones compute_gates would add up again (the same additions in the same order), and are kept.
 class ChunkPlanner {
 public:
     // Allocates for groups of calls like d (reset and next_end allocate nothing: the forward
@@ -54,7 +55,10 @@ private:
     std::vector<const float *> gates_;   // units: the gate rows of the token being added
 };
 
-// Chunk ends (exclusive), ascending, the last one T.
+// Chunk ends (exclusive), ascending, the last one T, planned with `planner` (resized by the
+// caller for dims at least as wide; ends allocates only past its capacity).
+void plan_chunks(ChunkPlanner &planner, const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends);
+// The same with a planner of its own.
 void plan_chunks(const GroupRef &group, int64_t max_len, std::vector<int64_t> &ends);
 
 }  // namespace gdn::cpu

@@ -317,8 +317,8 @@ private:
     // Plans are per (call, group); items of one group (its slices) share one.
     size_t plan_index(const WorkItem &item) const { return plan_of_item_[&item - items_.data()]; }
 
-    // Chunk ends of every chunked (call, group); the vectors are sized first, so the parallel
-    // planning allocates nothing.
+    // Chunk ends of every chunked (call, group); the vectors and the workers' planners are sized
+    // first, so the parallel planning allocates nothing.
     template <class Args>
     void plan(const std::vector<const Args *> &calls, int64_t max_chunk) {
         plan_of_item_.resize(items_.size());
@@ -339,17 +339,21 @@ private:
             plans_[p].reserve(d.T);
             weights[p] = d.T + kItemOverheadTokens;
         }
-        pool_.run_weighted(weights, [&](int64_t p, int) {
+        planners_.resize(pool_.size());
+        for (cpu::ChunkPlanner &planner : planners_) planner.resize(longest(calls));
+        pool_.run_weighted(weights, [&](int64_t p, int worker) {
             const Args &a = *calls[plan_refs_[p].first];
             const Dims &d = a.dims;
             const int64_t group = plan_refs_[p].second;
-            cpu::plan_chunks(cpu::GroupRef{a.g, &d, group / d.Hk, group % d.Hk}, std::min(max_chunk, d.T), plans_[p]);
+            cpu::plan_chunks(planners_[worker], cpu::GroupRef{a.g, &d, group / d.Hk, group % d.Hk},
+                             std::min(max_chunk, d.T), plans_[p]);
         });
     }
 
     uint64_t plan_bytes() const {
         uint64_t n = 0;
         for (const auto &p : plans_) n += p.capacity() * sizeof(int64_t);
+        for (const auto &planner : planners_) n += planner.bytes();
         return n;
     }
 
@@ -361,6 +365,7 @@ private:
     std::vector<size_t> plan_of_item_;
     std::vector<std::pair<size_t, int64_t>> plan_refs_;  // (call, group) of each plan
     std::vector<std::vector<int64_t>> plans_;
+    std::vector<cpu::ChunkPlanner> planners_;  // one per worker
     std::vector<cpu::ForwardWork> forward_;
     std::vector<cpu::BackwardWork> backward_;          // per worker
     std::vector<cpu::GroupBackward> group_backward_;   // per worker (group schedule) or per group (split)

@@ -75,7 +75,9 @@ bool within_span(const Gates &g, int64_t bq, int64_t kh, int64_t start, int64_t 
                 sum += clamp_gate(g.row(ur.b, t, ur.h)[i]);
                 lo = std::min(lo, sum);
                 hi = std::max(hi, sum);
-                if (!(hi - lo <= kda_span_limit)) return false;  // NaN spans exceed too
+                // A NaN gate leaves lo and hi as they were (std::min and std::max keep their first
+                // argument), here as in the planner: it never forces a cut.
+                if (!(hi - lo <= kda_span_limit)) return false;
             }
         }
     }
@@ -101,7 +103,7 @@ void check_plan(const Dims &d, int64_t max_len, uint64_t seed, bool with_nan) {
             for (const int64_t end : ends) {
                 ASSERT_GT(end, start);
                 ASSERT_LE(end - start, max_len);
-                // The forward's planner cuts the same chunk.
+                // The forward's call (plan_chunks is built on it; this is for the sums it keeps).
                 ASSERT_EQ(planner.next_end(start, kda ? sums.data() : nullptr), end);
                 // Within the span, and cut no earlier than the length, a snapshot slot or (KDA)
                 // the span requires.
