@@ -10,9 +10,10 @@
 // (Dm = A diag(beta) R gives dA = dDm (beta o R)^T, dLmat = -A^T dA A^T = -Y Dm^T, dM = diag(beta) dLmat.)
 // The gate gradient is assembled per token: every exp(gam_r - gam_s) factor (pairs s < r inside
 // the chunk, and (L, r) for Kl) contributes to dg_t only for s < t <= r, every exp(gam_r) factor
-// (Qg, Kg) to dg_t for t <= r, and gL to every t. The pairs crossing t are summed in double, as
+// (Qg, Kg) to dg_t for t <= r, and gL to every t. The pairs crossing t are added up in double, as
 // pair_t = pair_t+1 + (row t's pairs) - (column t's pairs): GDA pair by pair, KDA from the row and
-// column sums its products already give (kda_pair_sums).
+// column sums its float products already give (kda_pair_sums: pair_t then carries their
+// rounding, which matters only where pair_t is far smaller than its neighbours).
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>

@@ -55,7 +55,10 @@ void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const flo
 // dp_kinv = dP Kinv, dm_kinv = dM Kinv and dkinv = dP^T Qg + dM^T Kg over the strict triangles,
 // so row r of X sums to qg_r o dp_kinv_r + kg_r o dm_kinv_r and column s to kinv_s o dkinv_s.
 // Row t of pair (t = 1 .. L-1) gets the sum over the pairs s < t <= r:
-// pair_t = pair_t+1 + (row t's sum) - (column t's sum), in double.
+// pair_t = pair_t+1 + (row t's sum) - (column t's sum), added up in double. The sums are as exact
+// as the float products they come from, so pair_t's error is relative to the pairs of rows and
+// columns t' >= t, not to pair_t: behind a strong gate, where every pair crossing t is tiny,
+// pair_t is exact only to its neighbours' rounding.
 void kda_pair_sums(int64_t L, int64_t n, const float *qg, const float *kg, const float *kinv, const float *dp_kinv,
                    const float *dm_kinv, const float *dkinv, double *pair);
 

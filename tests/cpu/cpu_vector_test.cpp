@@ -5,6 +5,7 @@
 // pair terms of the gate gradient from row and column sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -186,6 +187,74 @@ TEST(CpuVector, KdaPairSumsAreTheSumsOverThePairsCrossingEachToken) {
                     EXPECT_EQ(pair[t * n + i], want) << "L " << L << " t " << t << " i " << i;
                 }
         }
+}
+
+// With the products in float (as the backward's GEMMs give them), each pair_t is within the
+// float error of the row and column sums it is built from: |error| <= 2 L u sum over t' >= t of
+// (row t' and column t' of |X|), u = 2^-24. That bound is relative to the chunk's other pairs,
+// not to pair_t: where a strong gate makes every pair crossing t tiny (here exp(-50) at token 30),
+// pair_t's error is of the size of its neighbours' rounding, far above pair_t itself (summing
+// every pair one by one in double had it to about 1e-16 of its neighbours).
+TEST(CpuVector, KdaPairSumsFromFloatProductsAreWithinTheirRoundingBound) {
+    constexpr int64_t L = 64, n = 8, spike = 30;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f), mild(-0.3f, 0.0f);
+    // Per-channel prefix sums of gates, a -50 gate at token `spike`; qg = q e^gam, kg = k e^gam,
+    // kinv = k e^-gam, so X_rs carries exp(gam_r - gam_s).
+    std::vector<double> gam(L * n);
+    for (int64_t i = 0; i < n; ++i) {
+        double sum = 0.0;
+        for (int64_t t = 0; t < L; ++t) gam[t * n + i] = sum += (t == spike ? -50.0 : mild(rng));
+    }
+    std::vector<float> dP(L * L, 0.0f), dM(L * L, 0.0f), qg(L * n), kg(L * n), kinv(L * n);
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t s = 0; s < r; ++s) {
+            dP[r * L + s] = uniform(rng);
+            dM[r * L + s] = uniform(rng);
+        }
+    for (int64_t t = 0; t < L; ++t)
+        for (int64_t i = 0; i < n; ++i) {
+            const double e = std::exp(gam[t * n + i]);
+            qg[t * n + i] = static_cast<float>(uniform(rng) * e);
+            const float k = uniform(rng);
+            kg[t * n + i] = static_cast<float>(k * e);
+            kinv[t * n + i] = static_cast<float>(k / e);
+        }
+    // The products in float, summed in order as a GEMM would.
+    std::vector<float> dp_kinv(L * n, 0.0f), dm_kinv(L * n, 0.0f), dkinv(L * n, 0.0f);
+    for (int64_t r = 0; r < L; ++r)
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t s = 0; s < r; ++s) {
+                dp_kinv[r * n + i] += dP[r * L + s] * kinv[s * n + i];
+                dm_kinv[r * n + i] += dM[r * L + s] * kinv[s * n + i];
+            }
+    for (int64_t s = 0; s < L; ++s)
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = s + 1; r < L; ++r)
+                dkinv[s * n + i] += dP[r * L + s] * qg[r * n + i] + dM[r * L + s] * kg[r * n + i];
+    std::vector<double> pair(L * n, 0.0);
+    gdn::cpu::kda_pair_sums(L, n, qg.data(), kg.data(), kinv.data(), dp_kinv.data(), dm_kinv.data(), dkinv.data(),
+                            pair.data());
+    const auto abs_x = [&](int64_t r, int64_t s, int64_t i) {
+        return (std::fabs(double(dP[r * L + s]) * qg[r * n + i]) + std::fabs(double(dM[r * L + s]) * kg[r * n + i])) *
+               std::fabs(double(kinv[s * n + i]));
+    };
+    const double u = std::ldexp(1.0, -24);
+    for (int64_t i = 0; i < n; ++i) {
+        double bound = 0.0;
+        for (int64_t t = L - 1; t >= 1; --t) {
+            double exact = 0.0, row_col = 0.0;
+            for (int64_t r = t; r < L; ++r)
+                for (int64_t s = 0; s < t; ++s)
+                    exact += (double(dP[r * L + s]) * qg[r * n + i] + double(dM[r * L + s]) * kg[r * n + i]) *
+                             kinv[s * n + i];
+            for (int64_t s = 0; s < t; ++s) row_col += abs_x(t, s, i);
+            for (int64_t r = t + 1; r < L; ++r) row_col += abs_x(r, t, i);
+            bound += 2.0 * L * u * row_col;
+            const double error = std::fabs(pair[t * n + i] - exact);
+            EXPECT_LE(error, bound) << "t " << t << " channel " << i << " exact " << exact;
+        }
+    }
 }
 
 }  // namespace
