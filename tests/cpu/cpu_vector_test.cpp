@@ -151,8 +151,28 @@ TEST(CpuVector, AddGatesClampsAndKeepsNaN) {
     }
 }
 
-// The KDA pair terms from row and column sums: with exact row and column sums (in double here,
-// from small integers so every product is exact), kda_pair_sums' recursion gives each
+// The strict-triangle products the KDA backward has for kda_pair_sums, in float and summed in
+// order as a GEMM would: dP Kinv, dM Kinv, dP^T Qg + dM^T Kg.
+struct KdaPairProducts {
+    std::vector<float> dp_kinv, dm_kinv, dkinv;
+    KdaPairProducts(int64_t L, int64_t n, const std::vector<float> &dP, const std::vector<float> &dM,
+                    const std::vector<float> &qg, const std::vector<float> &kg, const std::vector<float> &kinv)
+        : dp_kinv(L * n, 0.0f), dm_kinv(L * n, 0.0f), dkinv(L * n, 0.0f) {
+        for (int64_t r = 0; r < L; ++r)
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t s = 0; s < r; ++s) {
+                    dp_kinv[r * n + i] += dP[r * L + s] * kinv[s * n + i];
+                    dm_kinv[r * n + i] += dM[r * L + s] * kinv[s * n + i];
+                }
+        for (int64_t s = 0; s < L; ++s)
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t r = s + 1; r < L; ++r)
+                    dkinv[s * n + i] += dP[r * L + s] * qg[r * n + i] + dM[r * L + s] * kg[r * n + i];
+    }
+};
+
+// The KDA pair terms from row and column sums: with exact row and column sums (small integers,
+// so every float product and sum is exact), kda_pair_sums' recursion gives each
 // pair_t = sum_{s < t <= r} X_rs, X_rs[i] = (dP_rs qg_r[i] + dM_rs kg_r[i]) kinv_s[i], exactly as
 // the pairs summed one by one; row 0 is left alone.
 TEST(CpuVector, KdaPairSumsAreTheSumsOverThePairsCrossingEachToken) {
@@ -166,18 +186,10 @@ TEST(CpuVector, KdaPairSumsAreTheSumsOverThePairsCrossingEachToken) {
             const auto X = [&](int64_t r, int64_t s, int64_t i) {
                 return (double(dP[r * L + s]) * qg[r * n + i] + double(dM[r * L + s]) * kg[r * n + i]) * kinv[s * n + i];
             };
-            // The strict-triangle products the backward has: dP Kinv, dM Kinv, dP^T Qg + dM^T Kg.
-            std::vector<float> dp_kinv(L * n, 0.0f), dm_kinv(L * n, 0.0f), dkinv(L * n, 0.0f);
-            for (int64_t r = 0; r < L; ++r)
-                for (int64_t s = 0; s < r; ++s)
-                    for (int64_t i = 0; i < n; ++i) {
-                        dp_kinv[r * n + i] += dP[r * L + s] * kinv[s * n + i];
-                        dm_kinv[r * n + i] += dM[r * L + s] * kinv[s * n + i];
-                        dkinv[s * n + i] += dP[r * L + s] * qg[r * n + i] + dM[r * L + s] * kg[r * n + i];
-                    }
+            const KdaPairProducts products(L, n, dP, dM, qg, kg, kinv);
             std::vector<double> pair(L * n, -9.0);
-            gdn::cpu::kda_pair_sums(L, n, qg.data(), kg.data(), kinv.data(), dp_kinv.data(), dm_kinv.data(),
-                                    dkinv.data(), pair.data());
+            gdn::cpu::kda_pair_sums(L, n, qg.data(), kg.data(), kinv.data(), products.dp_kinv.data(),
+                                    products.dm_kinv.data(), products.dkinv.data(), pair.data());
             for (int64_t i = 0; i < n; ++i) EXPECT_EQ(pair[i], -9.0) << "row 0 written";
             for (int64_t t = 1; t < L; ++t)
                 for (int64_t i = 0; i < n; ++i) {
@@ -220,21 +232,10 @@ TEST(CpuVector, KdaPairSumsFromFloatProductsAreWithinTheirRoundingBound) {
             kg[t * n + i] = static_cast<float>(k * e);
             kinv[t * n + i] = static_cast<float>(k / e);
         }
-    // The products in float, summed in order as a GEMM would.
-    std::vector<float> dp_kinv(L * n, 0.0f), dm_kinv(L * n, 0.0f), dkinv(L * n, 0.0f);
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t s = 0; s < r; ++s) {
-                dp_kinv[r * n + i] += dP[r * L + s] * kinv[s * n + i];
-                dm_kinv[r * n + i] += dM[r * L + s] * kinv[s * n + i];
-            }
-    for (int64_t s = 0; s < L; ++s)
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = s + 1; r < L; ++r)
-                dkinv[s * n + i] += dP[r * L + s] * qg[r * n + i] + dM[r * L + s] * kg[r * n + i];
+    const KdaPairProducts products(L, n, dP, dM, qg, kg, kinv);
     std::vector<double> pair(L * n, 0.0);
-    gdn::cpu::kda_pair_sums(L, n, qg.data(), kg.data(), kinv.data(), dp_kinv.data(), dm_kinv.data(), dkinv.data(),
-                            pair.data());
+    gdn::cpu::kda_pair_sums(L, n, qg.data(), kg.data(), kinv.data(), products.dp_kinv.data(), products.dm_kinv.data(),
+                            products.dkinv.data(), pair.data());
     const auto abs_x = [&](int64_t r, int64_t s, int64_t i) {
         return (std::fabs(double(dP[r * L + s]) * qg[r * n + i]) + std::fabs(double(dM[r * L + s]) * kg[r * n + i])) *
                std::fabs(double(kinv[s * n + i]));
