@@ -13,8 +13,6 @@
 
 namespace gdn::cpu {
 
-inline int64_t units_of(const Dims &d) { return d.value_heads_per_key_head() * d.sequences_per_qk_sequence(); }
-
 // Units of a group, in the fixed order.
 inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
     const int64_t per_kh = d.value_heads_per_key_head();

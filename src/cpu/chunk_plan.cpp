@@ -25,6 +25,9 @@ GDN_VECTORIZED bool span_fits(const double *__restrict sum, const double *__rest
     return exceeds == 0;
 }
 
+// Channels whose spans are tracked: a KDA gate's (Sk), none for a scalar gate.
+int64_t tracked_channels(const Dims &d) { return d.gate_width != 1 ? d.gate_width : 0; }
+
 // Adds the gates to the running sums (and keeps the new sums in row when it is given).
 GDN_VECTORIZED void span_add(double *__restrict sum, double *__restrict lo, double *__restrict hi,
                              const float *__restrict gate, double *__restrict row, int64_t width) {
@@ -41,8 +44,7 @@ GDN_VECTORIZED void span_add(double *__restrict sum, double *__restrict lo, doub
 }  // namespace
 
 void ChunkPlanner::resize(const Dims &d) {
-    const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
-    const int64_t width = d.gate_width != 1 ? d.gate_width : 0;
+    const int64_t units = units_of(d), width = tracked_channels(d);
     sum_.resize(units * width);
     lo_.resize(units * width);
     hi_.resize(units * width);
@@ -54,8 +56,8 @@ void ChunkPlanner::reset(const GroupRef &group, int64_t max_len) {
     group_ = group;
     max_len_ = max_len;
     first_snapshot_end_ = d.T - d.written_slots() + 1;  // chunks end at every t >= this
-    width_ = d.gate_width != 1 ? d.gate_width : 0;
-    units_ = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+    width_ = tracked_channels(d);
+    units_ = units_of(d);
 }
 
 uint64_t ChunkPlanner::bytes() const {

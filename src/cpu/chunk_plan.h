@@ -30,6 +30,9 @@ struct GroupRef {
     int64_t bq, kh;
 };
 
+// Units (sequence, value head) that read one group's key head.
+inline int64_t units_of(const Dims &d) { return d.value_heads_per_key_head() * d.sequences_per_qk_sequence(); }
+
 // Plans a group's chunks front to back, one at a time: plan_chunks runs it over all T tokens
 // (the backward needs every end before it starts), the forward as it goes, so that the forward
 // reads a KDA chunk's gate rows once (once per slice when a group's units are split over

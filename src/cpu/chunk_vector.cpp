@@ -1,7 +1,5 @@
 #include "cpu/chunk_vector.h"
 
-#include <algorithm>
-
 #include "cpu/chunk_plan.h"
 #include "cpu/vectorized.h"
 

@@ -263,7 +263,7 @@ private:
                                  cpu::ForwardWork &w) {
         const Dims &d = a.dims;
         const int64_t group = item / slices, slice = item % slices;
-        const int64_t units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
+        const int64_t units = cpu::units_of(d);
         cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, slice * units / slices, (slice + 1) * units / slices, w);
     }
 
