@@ -44,6 +44,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     gp.resize(kda ? 0 : C * C);
     gm.resize(kda ? 0 : C * C);
     gm_pair.resize(kda ? 0 : 2 * C * C);
+    e_qk.resize(kda ? 0 : 2 * C);
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
     acc.resize(kda ? 2 * gw : std::max<int64_t>(C, 2));
     wterm.resize(gw);
@@ -51,7 +52,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dq, &dk, &gp, &gm, &gm_pair})
+    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dq, &dk, &gp, &gm, &gm_pair, &e_qk})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
     return n;
@@ -128,7 +129,6 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, nullptr, c);
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
     const float *P = c.p.data(), *A = c.a.data(), *Dm = c.dm.data();
-    const float *Qg = c.qg(), *Kg = c.kg(L);
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
     const float scale = static_cast<float>(d.scale);
@@ -141,7 +141,8 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  dV = beta o Y, then nby = -dV (triangles read as
     // triangles: trmm).
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.ddm.data(), Sv, pack);
-    gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
+    if (kda) gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
+    else gemm(L, Sv, Sk, 1.0f, rows(c.k(L), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack, {c.f.data(), nullptr});
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(A, L), w.ddm.data(), Sv, 0.0f, w.y.data(), Sv, pack);
     scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
     if (a.dv) store_rows_streamed(nby, L, Sv, row_ptr(*a.dv, unit.h, t0, unit.b), token_stride_floats(*a.dv));
@@ -149,7 +150,14 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
     if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
     else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
-    gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, ds0, Sv, pack);
+    if (kda) {
+        gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, ds0, Sv, pack);
+    } else {  // [Q; K]^T diag(e, e) [dOc; nby]: each row of [dOc; nby] times its token's e as it is packed
+        std::copy_n(c.e.data(), L, w.e_qk.data());
+        std::copy_n(c.e.data(), L, w.e_qk.data() + L);
+        gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qk_rows.data(), Sk), rows(w.doy.data(), Sv), true, ds0, Sv, pack,
+             {nullptr, w.e_qk.data()});
+    }
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T.
     gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
     gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
@@ -171,13 +179,14 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     std::fill_n(pair.begin(), L * gw, 0.0);  // row 0 has no pairs (s < 0); the pair terms below write rows >= 1
     if (!kda) std::fill_n(acc.begin(), L, 0.0);  // gda_pairs' column sums
     if (kda) {
-        products_f64(dQg, Qg, dKg, Kg, single.data(), L * Sk);
+        products_f64(dQg, c.qg(), dKg, c.kg(L), single.data(), L * Sk);
         products_f64(w.dkl.data(), c.kl.data(), nullptr, nullptr, link.data(), L * Sk);
-    } else {
+    } else {  // Qg = e o Q, Kg = e o K, Kl = f o K: each row's factor taken out of its sums
+        const float *Q = c.q(), *K = c.k(L);
         for (int64_t r = 0; r < L; ++r) {
             const int64_t n = r * Sk;
-            single[r] = dot_f64(dQg + n, Qg + n, Sk) + dot_f64(dKg + n, Kg + n, Sk);
-            link[r] = dot_f64(w.dkl.data() + n, c.kl.data() + n, Sk);
+            single[r] = double(c.e[r]) * (dot_f64(dQg + n, Q + n, Sk) + dot_f64(dKg + n, K + n, Sk));
+            link[r] = double(c.f[r]) * dot_f64(w.dkl.data() + n, K + n, Sk);
         }
     }
     // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum).

@@ -38,8 +38,8 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     einv.resize(kda ? C * gw : 0);
     gl.resize(gw);
     gam_mat.resize(kda ? 0 : C * C);
-    qkg.resize(2 * C * Sk);
-    kl.resize(C * Sk);
+    qkg.resize(kda ? 2 * C * Sk : 0);
+    kl.resize(kda ? C * Sk : 0);
     kinv.resize(kda ? C * Sk : 0);
     p.resize(C * C);
     m.resize(C * C);
@@ -180,9 +180,11 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
     const int64_t Sk = d.Sk, gw = w.gw;
     for (int64_t r = 0; r < L; ++r) w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
     compute_gates(g, u, t0, L, planned_gam, w);
-    if (with_q) scale_rows(w.q(), w.e.data(), L, Sk, gw, w.qg());
-    scale_rows(w.k(L), w.e.data(), L, Sk, gw, w.kg(L));
-    scale_rows(w.k(L), w.f.data(), L, Sk, gw, w.kl.data());
+    if (w.kda) {
+        if (with_q) scale_rows(w.q(), w.e.data(), L, Sk, gw, w.qg());
+        scale_rows(w.k(L), w.e.data(), L, Sk, gw, w.kg(L));
+        scale_rows(w.k(L), w.f.data(), L, Sk, gw, w.kl.data());
+    }
 
     float *P = w.p.data(), *M = w.m.data();
     if (!w.kda) {
@@ -211,7 +213,9 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
     float *R = w.r.data(), *Dm = w.dm.data();
     const float *M = w.m.data();
-    gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data());
+    // R -= Kg S0 (GDA: K S0, row r times e_r as it is written).
+    if (w.kda) gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data());
+    else gemm(L, Sv, Sk, -1.0f, rows(w.k(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data(), {w.e.data(), nullptr});
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
     // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
     // then the rows before them inside the block one by one (only M's strict lower triangle is
@@ -246,7 +250,12 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     if (!w.kda && s == s_next) c_scale = w.gl[0];  // in place: the product scales S itself
     else if (w.kda) scale_rows(s, w.gl.data(), Sk, Sv, 1, s_next);
     else scale_rows(s, w.gl.data(), 1, Sk * Sv, 1, s_next);
-    gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
+    // + Kl^T Dm (GDA: K^T diag(f) Dm, row r of Dm times f_r as it is packed).
+    if (w.kda)
+        gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
+    else
+        gemm(Sk, Sv, L, 1.0f, transposed(w.k(L), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data(),
+             {nullptr, w.f.data()});
 }
 
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {

@@ -44,8 +44,8 @@ struct ChunkScratch {
     std::vector<double> exp_arg;          // arguments of one batch of exp (GDA: L x L, KDA: gw)
     std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), KDA (L > 1) 1 / exp(gam); gw: exp(gam_L)
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
-    std::vector<float> qkg;               // 2L x Sk: Qg in rows 0..L-1, Kg in rows L..2L-1
-    std::vector<float> kl, kinv;          // L x Sk
+    std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
+    std::vector<float> kl, kinv;          // KDA: L x Sk
     std::vector<float> p, m;              // L x L
     std::vector<float> a, coef;           // L x L: A and the inversion's scratch (the backward's reverse walk only)
     std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas)
@@ -96,8 +96,10 @@ void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out);
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                       int64_t L, bool with_qk, ChunkScratch &w);
 
-// Loads the unit's beta and g rows and computes gates, Qg (when with_q), Kg, Kl, M, P (when
-// with_q) and A (when with_inverse: the backward's adjoint reads it, Dm does not). planned_gam:
+// Loads the unit's beta and g rows and computes gates, M, P (when with_q) and A (when
+// with_inverse: the backward's adjoint reads it, Dm does not); KDA also Qg (when with_q), Kg, Kl.
+// GDA stores no row-scaled copies: its products take Q, K and fold each token's factor (e_r or
+// f_r) in as they run (RowScales in gemm.h). planned_gam:
 // the unit's prefix sums of the chunk's gates as ChunkPlanner::next_end kept them (L x gw, the
 // g rows are then not read), or nullptr.
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,

@@ -8,7 +8,7 @@ namespace gdn::cpu {
 #define GDN_DECLARE_KERNEL(ns)                                                                             \
     namespace ns {                                                                                         \
     void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c,          \
-              int64_t ldc, float *pack);                                                                   \
+              int64_t ldc, float *pack, RowScales scales);                                                 \
     int64_t panel_width();                                                                                 \
     }
 #if defined(__x86_64__)
@@ -24,7 +24,7 @@ GDN_DECLARE_KERNEL(generic)
 
 namespace {
 
-using Kernel = void (*)(int64_t, int64_t, int64_t, float, Mat, Mat, float, float *, int64_t, float *);
+using Kernel = void (*)(int64_t, int64_t, int64_t, float, Mat, Mat, float, float *, int64_t, float *, RowScales);
 
 struct Choice {
     Kernel kernel;
@@ -79,8 +79,8 @@ Choice &current() {
 }  // namespace
 
 void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
-          float *pack) {
-    current().kernel(m, n, k, alpha, a, b, c_scale, c, ldc, pack);
+          float *pack, RowScales scales) {
+    current().kernel(m, n, k, alpha, a, b, c_scale, c, ldc, pack, scales);
 }
 
 int64_t gemm_panel_width() { return current().panel_width(); }

@@ -21,11 +21,20 @@ struct Mat {
 inline Mat rows(const float *p, int64_t ld) { return {p, ld, 1}; }        // A as stored
 inline Mat transposed(const float *p, int64_t ld) { return {p, 1, ld}; }  // A^T of a stored A
 
-// C[m x n] (leading dimension ldc) = alpha * A[m x k] * B[k x n] + c_scale * C; C is not read
-// when c_scale is 0 (so true / false read as accumulate / overwrite).
+// Row factors folded into a product (nullptr: none), so that a row-scaled operand such as Q o e
+// or K o f (one gate factor per token) is never stored: c_rows (m floats) scales row r of A B as
+// it is written (alpha * c_rows[r] times the row's sums), b_rows (k floats) scales row kk of B as
+// its panel is packed (a B with b_rows is always packed).
+struct RowScales {
+    const float *c_rows = nullptr;
+    const float *b_rows = nullptr;
+};
+
+// C[m x n] (leading dimension ldc) = alpha * diag(c_rows) A[m x k] diag(b_rows) B[k x n] + c_scale * C;
+// C is not read when c_scale is 0 (so true / false read as accumulate / overwrite).
 // pack: at least gemm_pack_floats(k) floats of scratch.
 void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
-          float *pack);
+          float *pack, RowScales scales = {});
 
 int64_t gemm_pack_floats(int64_t k);
 

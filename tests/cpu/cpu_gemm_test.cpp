@@ -57,6 +57,55 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
 #endif
 }
 
+// Row factors folded in (RowScales): C = alpha diag(c_rows) A diag(b_rows) B + c_scale C on every
+// ISA and transpose, over sizes with partial tiles and panels and a B that would otherwise be
+// read in place (row-major, full panels, few row tiles: a B with b_rows must be packed, scaled).
+// The factors are powers of two and spread far apart (2^-20 .. 2^20): a factor applied to the
+// wrong row, or not at all, is off by orders of magnitude, not by rounding.
+TEST(CpuGemm, FoldsRowFactorsIntoTheProduct) {
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::uniform_int_distribution<int> exponent(-20, 20);
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        for (int m : {1, 7, 64})
+            for (int n : {5, 64, 128})
+                for (int k : {1, 6, 128})
+                    for (int mode = 0; mode < 12; ++mode) {
+                        const bool at = mode & 1, bt = mode & 2;
+                        const bool with_c = mode % 3 != 1, with_b = mode % 3 != 0;
+                        std::vector<float> a(m * k), b(k * n), c(m * n), c_rows(m), b_rows(k),
+                            pack(gdn::cpu::gemm_pack_floats(k));
+                        for (float &x : a) x = u(rng);
+                        for (float &x : b) x = u(rng);
+                        for (float &x : c) x = u(rng);
+                        for (float &x : c_rows) x = std::ldexp(1.0f, exponent(rng));
+                        for (float &x : b_rows) x = std::ldexp(1.0f, exponent(rng));
+                        const std::vector<float> c0 = c;
+                        const Mat av = at ? gdn::cpu::transposed(a.data(), m) : gdn::cpu::rows(a.data(), k);
+                        const Mat bv = bt ? gdn::cpu::transposed(b.data(), k) : gdn::cpu::rows(b.data(), n);
+                        gdn::cpu::gemm(m, n, k, 0.5f, av, bv, 1.0f, c.data(), n, pack.data(),
+                                       {with_c ? c_rows.data() : nullptr, with_b ? b_rows.data() : nullptr});
+                        for (int i = 0; i < m; ++i)
+                            for (int j = 0; j < n; ++j) {
+                                double sum = 0, magnitude = 0;
+                                for (int kk = 0; kk < k; ++kk) {
+                                    const double term = double(av.p[i * av.row_stride + kk * av.col_stride]) *
+                                                        bv.p[kk * bv.row_stride + j * bv.col_stride] *
+                                                        (with_b ? b_rows[kk] : 1.0f);
+                                    sum += term;
+                                    magnitude += std::fabs(term);
+                                }
+                                const double row = 0.5 * (with_c ? c_rows[i] : 1.0f);
+                                const double want = c0[i * n + j] + row * sum;
+                                ASSERT_NEAR(c[i * n + j], want, 1e-6 * (std::fabs(c0[i * n + j]) + row * magnitude) + 1e-30)
+                                    << isa << " m=" << m << " n=" << n << " k=" << k << " mode=" << mode;
+                            }
+                    }
+    }
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
+}
+
 // Each entry of C is the same sum in the same order whoever computes it, so a product equals,
 // bit for bit, the same product taken a few rows at a time: tall products pack B's panels (many
 // row tiles read them), short ones read B in place, over a B whose rows are a power of two apart
