@@ -10,36 +10,32 @@ namespace gdn::cpu {
 
 namespace {
 
-// One unit's channels: would adding these gates keep every running sum within the limit of its
-// chunk's min and max? No early exit, so the loop vectorises (the planner reads every gate of a
-// KDA call once; it was a tenth of the forward's instructions with a branch per channel).
-GDN_VECTORIZED bool span_fits(const double *__restrict sum, const double *__restrict lo, const double *__restrict hi,
-                              const float *__restrict gate, int64_t width) {
+// One unit's channels: adds the gates to the running sums, their min and max (and keeps the new
+// sums in row when it is given), and says whether every channel's span (max - min) is still
+// within the limit. One pass over the gate row, no early exit, so the loop vectorises (the
+// planner reads every gate of a KDA call; with a branch per channel it was a tenth of the
+// forward's instructions, and a separate check before the additions read each row twice). When
+// a token does not fit, next_end ends the chunk before it and the next call starts the sums
+// again, so what this added is dropped.
+GDN_VECTORIZED bool span_add_fits(double *__restrict sum, double *__restrict lo, double *__restrict hi,
+                                  const float *__restrict gate, double *__restrict row, int64_t width) {
     int64_t exceeds = 0;  // as wide as a double, so the comparisons count in vector lanes
     for (int64_t i = 0; i < width; ++i) {
-        // std::max and std::min on values, not references into the arrays: a conditional load
-        // is control flow the vectoriser refuses; a NaN gate compares false here as there.
+        // Selects on values, not std::max / std::min on references into the arrays: a
+        // conditional load is control flow the vectoriser refuses. A NaN gate compares false.
         const double s = sum[i] + clamp_gate(gate[i]), top = hi[i] < s ? s : hi[i], bottom = s < lo[i] ? s : lo[i];
+        sum[i] = s;
+        lo[i] = bottom;
+        hi[i] = top;
         exceeds += top - bottom <= kda_span_limit ? 0 : 1;
     }
+    if (row != nullptr)
+        for (int64_t i = 0; i < width; ++i) row[i] = sum[i];
     return exceeds == 0;
 }
 
 // Channels whose spans are tracked: a KDA gate's (Sk), none for a scalar gate.
 int64_t tracked_channels(const Dims &d) { return d.gate_width != 1 ? d.gate_width : 0; }
-
-// Adds the gates to the running sums (and keeps the new sums in row when it is given).
-GDN_VECTORIZED void span_add(double *__restrict sum, double *__restrict lo, double *__restrict hi,
-                             const float *__restrict gate, double *__restrict row, int64_t width) {
-    for (int64_t i = 0; i < width; ++i) {
-        const double s = sum[i] + clamp_gate(gate[i]);
-        sum[i] = s;
-        lo[i] = s < lo[i] ? s : lo[i];
-        hi[i] = hi[i] < s ? s : hi[i];
-    }
-    if (row != nullptr)
-        for (int64_t i = 0; i < width; ++i) row[i] = sum[i];
-}
 
 }  // namespace
 
@@ -79,15 +75,15 @@ int64_t ChunkPlanner::next_end(int64_t start, double *sums) {
             gates_[u] = reinterpret_cast<const float *>(element_ptr(*group_.g, 0, h, t, b));
             if (t + rows_ahead < d.T) prefetch_rows(group_.g, h, t + rows_ahead, t + rows_ahead + 1, b, width_);
         }
-        // Would adding token t's gates keep every channel of every unit within the limit? Added
-        // only when yes; a token alone may exceed it.
+        // Does adding token t's gates keep every channel of every unit within the limit? If not,
+        // the chunk ends before t (its sums are those of the tokens before), or, when t is the
+        // chunk's first token (a token alone may exceed it), after t.
         bool fits = true;
-        for (int64_t u = 0; u < units_ && fits; ++u)
-            fits = span_fits(&sum_[u * width_], &lo_[u * width_], &hi_[u * width_], gates_[u], width_);
-        if (!fits && t > start) return t;
-        for (int64_t u = 0; u < units_; ++u)
-            span_add(&sum_[u * width_], &lo_[u * width_], &hi_[u * width_], gates_[u],
-                     sums ? sums + (u * max_len_ + t - start) * width_ : nullptr, width_);
+        for (int64_t u = 0; u < units_; ++u) {
+            fits &= span_add_fits(&sum_[u * width_], &lo_[u * width_], &hi_[u * width_], gates_[u],
+                                  sums ? sums + (u * max_len_ + t - start) * width_ : nullptr, width_);
+            if (!fits && t > start) return t;
+        }
         if (!fits) return start + 1;
     }
     return end;
