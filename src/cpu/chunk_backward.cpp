@@ -39,6 +39,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     dpm_kinv.resize(kda ? 2 * C * Sk : 0);
     dpm.resize(2 * C * C);
     dp_diag.resize(kda ? C : 0);
+    dg_rows.resize(kda ? C * gw : 0);
     dq.resize(C * Sk);
     dk.resize(C * Sk);
     gp.resize(kda ? 0 : C * C);
@@ -52,7 +53,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dq, &dk, &gp, &gm, &gm_pair, &e_qk})
+    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair, &e_qk})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
     return n;
@@ -201,11 +202,14 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     if (kda) kda_pairs_and_products(L, Sk, dP, w);
     else gda_pairs(L, dP, dM, w);
     assemble_gate_gradient(L, gw, wterm, w);
-    if (a.dg)
-        for (int64_t r = 0; r < L; ++r) {
-            float *dg = row_ptr(*a.dg, unit.h, t0 + r, unit.b);
-            for (int64_t ch = 0; ch < gw; ++ch) dg[ch] = static_cast<float>(w.dgam[r * gw + ch]);
-        }
+    if (a.dg && kda) {
+        // Rows as long as a v row and as far apart: converted here, then streamed out as dv is
+        // (written one float at a time into the caller's rows, their lines were read from memory first).
+        for (int64_t i = 0; i < L * gw; ++i) w.dg_rows[i] = static_cast<float>(w.dgam[i]);
+        store_rows_streamed(w.dg_rows.data(), L, gw, row_ptr(*a.dg, unit.h, t0, unit.b), token_stride_floats(*a.dg));
+    } else if (a.dg) {
+        for (int64_t r = 0; r < L; ++r) *row_ptr(*a.dg, unit.h, t0 + r, unit.b) = static_cast<float>(w.dgam[r]);
+    }
 
     UnitPieces p;
     p.e = c.e.data();

@@ -86,6 +86,7 @@ struct BackwardWork {
     std::vector<float> dpm_kinv;     // KDA: 2C x Sk, [dP; dM] Kinv
     std::vector<float> dpm;          // 2C x C: dP, then dM
     std::vector<float> dp_diag;      // KDA: C, the diagonal of dP (zeroed in dpm before its products)
+    std::vector<float> dg_rows;      // KDA: C x gw, the chunk's dg rows before they are streamed out
     std::vector<float> dq, dk;       // C x Sk: the group's chunk accumulators
     std::vector<float> gp, gm;       // GDA: C x C, sum over units of dP o Gam, dM o Gam
     std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
