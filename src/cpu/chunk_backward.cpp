@@ -45,7 +45,6 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     gp.resize(kda ? 0 : C * C);
     gm.resize(kda ? 0 : C * C);
     gm_pair.resize(kda ? 0 : 2 * C * C);
-    e_qk.resize(kda ? 0 : 2 * C);
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
     acc.resize(kda ? 2 * gw : std::max<int64_t>(C, 2));
     wterm.resize(gw);
@@ -53,7 +52,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair, &e_qk})
+    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
     return n;
@@ -142,8 +141,8 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  dV = beta o Y, then nby = -dV (triangles read as
     // triangles: trmm).
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.ddm.data(), Sv, pack);
-    if (kda) gemm(L, Sv, Sk, 1.0f, rows(c.kl.data(), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack);
-    else gemm(L, Sv, Sk, 1.0f, rows(c.k(L), Sk), rows(dsl, Sv), true, w.ddm.data(), Sv, pack, {c.f.data(), nullptr});
+    const GatedOperand kl = gated_rows(c, Gated::Kl, L);
+    gemm(L, Sv, Sk, 1.0f, kl.a, rows(dsl, Sv), true, w.ddm.data(), Sv, pack, kl.scales);
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(A, L), w.ddm.data(), Sv, 0.0f, w.y.data(), Sv, pack);
     scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
     if (a.dv) store_rows_streamed(nby, L, Sv, row_ptr(*a.dv, unit.h, t0, unit.b), token_stride_floats(*a.dv));
@@ -151,14 +150,8 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
     if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
     else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
-    if (kda) {
-        gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qkg.data(), Sk), rows(w.doy.data(), Sv), true, ds0, Sv, pack);
-    } else {  // [Q; K]^T diag(e, e) [dOc; nby]: each row of [dOc; nby] times its token's e as it is packed
-        std::copy_n(c.e.data(), L, w.e_qk.data());
-        std::copy_n(c.e.data(), L, w.e_qk.data() + L);
-        gemm(Sk, Sv, 2 * L, 1.0f, transposed(c.qk_rows.data(), Sk), rows(w.doy.data(), Sv), true, ds0, Sv, pack,
-             {nullptr, w.e_qk.data()});
-    }
+    const GatedOperand qkg_t = gated_transposed(c, Gated::QKg, L);
+    gemm(Sk, Sv, 2 * L, 1.0f, qkg_t.a, rows(w.doy.data(), Sv), true, ds0, Sv, pack, qkg_t.scales);
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T.
     gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
     gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
@@ -203,8 +196,9 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     else gda_pairs(L, dP, dM, w);
     assemble_gate_gradient(L, gw, wterm, w);
     if (a.dg && kda) {
-        // Rows as long as a v row and as far apart: converted here, then streamed out as dv is
-        // (written one float at a time into the caller's rows, their lines were read from memory first).
+        // KDA dg rows are Sk floats, a token stride apart: converted here, then streamed out as dv
+        // is (written one float at a time into the caller's rows, their lines were read from
+        // memory first).
         for (int64_t i = 0; i < L * gw; ++i) w.dg_rows[i] = static_cast<float>(w.dgam[i]);
         store_rows_streamed(w.dg_rows.data(), L, gw, row_ptr(*a.dg, unit.h, t0, unit.b), token_stride_floats(*a.dg));
     } else if (a.dg) {

@@ -35,6 +35,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     gam.resize(C * gw);
     exp_arg.resize(kda ? gw : C * C);
     e.resize(C * gw);
+    e_twice.resize(kda ? 0 : 2 * C);
     f.resize(C * gw);
     einv.resize(kda ? C * gw : 0);
     gl.resize(gw);
@@ -53,7 +54,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &coef,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &coef,
                             &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
@@ -185,6 +186,9 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
         if (with_q) scale_rows(w.q(), w.e.data(), L, Sk, gw, w.qg());
         scale_rows(w.k(L), w.e.data(), L, Sk, gw, w.kg(L));
         scale_rows(w.k(L), w.f.data(), L, Sk, gw, w.kl.data());
+    } else if (with_q) {
+        std::copy_n(w.e.data(), L, w.e_twice.data());
+        std::copy_n(w.e.data(), L, w.e_twice.data() + L);
     }
 
     float *P = w.p.data(), *M = w.m.data();
@@ -214,9 +218,8 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
     float *R = w.r.data(), *Dm = w.dm.data();
     const float *M = w.m.data();
-    // R -= Kg S0 (GDA: K S0, row r times e_r as it is written).
-    if (w.kda) gemm(L, Sv, Sk, -1.0f, rows(w.kg(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data());
-    else gemm(L, Sv, Sk, -1.0f, rows(w.k(L), Sk), rows(s0, Sv), true, R, Sv, w.pack.data(), {w.e.data(), nullptr});
+    const GatedOperand kg = gated_rows(w, Gated::Kg, L);
+    gemm(L, Sv, Sk, -1.0f, kg.a, rows(s0, Sv), true, R, Sv, w.pack.data(), kg.scales);
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
     // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
     // then the rows before them inside the block one by one (only M's strict lower triangle is
@@ -251,12 +254,46 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     if (!w.kda && s == s_next) c_scale = w.gl[0];  // in place: the product scales S itself
     else if (w.kda) scale_rows(s, w.gl.data(), Sk, Sv, 1, s_next);
     else scale_rows(s, w.gl.data(), 1, Sk * Sv, 1, s_next);
-    // + Kl^T Dm (GDA: K^T diag(f) Dm, row r of Dm times f_r as it is packed).
-    if (w.kda)
-        gemm(Sk, Sv, L, 1.0f, transposed(w.kl.data(), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data());
-    else
-        gemm(Sk, Sv, L, 1.0f, transposed(w.k(L), Sk), rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data(),
-             {nullptr, w.f.data()});
+    const GatedOperand kl_t = gated_transposed(w, Gated::Kl, L);
+    gemm(Sk, Sv, L, 1.0f, kl_t.a, rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data(), kl_t.scales);
+}
+
+namespace {
+
+const float *stored_operand(ChunkScratch &w, Gated x, int64_t L) {
+    switch (x) {
+    case Gated::Qg: return w.qg();
+    case Gated::Kg: return w.kg(L);
+    case Gated::Kl: return w.kl.data();
+    case Gated::QKg: break;
+    }
+    return w.qkg.data();
+}
+
+const float *raw_operand(ChunkScratch &w, Gated x, int64_t L) {
+    return x == Gated::Qg || x == Gated::QKg ? w.q() : w.k(L);  // [Q; K] starts at Q
+}
+
+const float *row_factors(const ChunkScratch &w, Gated x) {
+    switch (x) {
+    case Gated::Qg:
+    case Gated::Kg: return w.e.data();
+    case Gated::Kl: return w.f.data();
+    case Gated::QKg: break;
+    }
+    return w.e_twice.data();
+}
+
+}  // namespace
+
+GatedOperand gated_rows(ChunkScratch &w, Gated x, int64_t L) {
+    if (w.kda) return {rows(stored_operand(w, x, L), w.Sk), {}};
+    return {rows(raw_operand(w, x, L), w.Sk), {row_factors(w, x), nullptr}};
+}
+
+GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L) {
+    if (w.kda) return {transposed(stored_operand(w, x, L), w.Sk), {}};
+    return {transposed(raw_operand(w, x, L), w.Sk), {nullptr, row_factors(w, x)}};
 }
 
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {
@@ -325,83 +362,83 @@ void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int
 namespace {
 constexpr int64_t kTransposeTile = 16;
 
-float *state_column(const gdn_tensor &t, int64_t j, int64_t h, int64_t index) {
-    return reinterpret_cast<float *>(element_ptr(t, 0, j, h, index));
-}
-}  // namespace
-
-void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {
-    const int64_t Sk = d.Sk, Sv = d.Sv;
-    const int64_t ld = t.nb[1] / int64_t(sizeof(float));  // from one stored column (Sk floats) to the next
+// Visits the Sk x Sv state in tiles of kTransposeTile x kTransposeTile, inside a tile four state
+// columns at a time: block(i, j) for the 4 x 4 block at (i, j) where both sides have four left,
+// entry(i, j) one by one elsewhere. A tile's four columns are visited down all their rows before
+// the next four (each stored column's lines are filled one after another).
+template <class Block, class Entry>
+void for_state_blocks(int64_t Sk, int64_t Sv, Block block, Entry entry) {
     for (int64_t j0 = 0; j0 < Sv; j0 += kTransposeTile) {
         const int64_t j1 = std::min(Sv, j0 + kTransposeTile);
         for (int64_t i0 = 0; i0 < Sk; i0 += kTransposeTile) {
             const int64_t i1 = std::min(Sk, i0 + kTransposeTile);
             int64_t j = j0;
             for (; j + 4 <= j1; j += 4) {
-                const float *cols = state_column(t, j, h, index);
                 int64_t i = i0;
-                for (; i + 4 <= i1; i += 4) {
-                    vec4 y[4];  // y[r] = S(i + r, j .. j + 3)
-                    load_transposed4(cols + i, ld, y);
-                    for (int r = 0; r < 4; ++r) std::memcpy(s + (i + r) * Sv + j, &y[r], sizeof(vec4));
-                }
+                for (; i + 4 <= i1; i += 4) block(i, j);
                 for (; i < i1; ++i)
-                    for (int64_t c = 0; c < 4; ++c) s[i * Sv + j + c] = cols[c * ld + i];
+                    for (int64_t c = 0; c < 4; ++c) entry(i, j + c);
             }
-            for (; j < j1; ++j) {
-                const float *col = state_column(t, j, h, index);
-                for (int64_t i = i0; i < i1; ++i) s[i * Sv + j] = col[i];
-            }
+            for (; j < j1; ++j)
+                for (int64_t i = i0; i < i1; ++i) entry(i, j);
         }
     }
+}
+
+// Stored column j of a state (Sk floats: S(., j)), and the distance to the next one in floats.
+float *state_column(const gdn_tensor &t, int64_t j, int64_t h, int64_t index) {
+    return reinterpret_cast<float *>(element_ptr(t, 0, j, h, index));
+}
+int64_t state_column_stride(const gdn_tensor &t) { return t.nb[1] / int64_t(sizeof(float)); }
+
+// Non-temporal stores where there are any (x86-64), plain ones elsewhere.
+void stream_float(float *dst, float x) {
+#if defined(__SSE2__)
+    int bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    _mm_stream_si32(reinterpret_cast<int *>(dst), bits);
+#else
+    *dst = x;
+#endif
+}
+void stream_vec4(float *dst, vec4 x) {
+#if defined(__SSE2__)
+    if (reinterpret_cast<uintptr_t>(dst) % sizeof(vec4) == 0) {
+        _mm_stream_ps(dst, x);
+        return;
+    }
+#endif
+    for (int c = 0; c < 4; ++c) stream_float(dst + c, x[c]);
+}
+}  // namespace
+
+void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {
+    const int64_t Sv = d.Sv, ld = state_column_stride(t);
+    const float *cols = state_column(t, 0, h, index);
+    for_state_blocks(
+        d.Sk, Sv,
+        [&](int64_t i, int64_t j) {
+            vec4 y[4];  // y[r] = S(i + r, j .. j + 3)
+            load_transposed4(cols + j * ld + i, ld, y);
+            for (int r = 0; r < 4; ++r) std::memcpy(s + (i + r) * Sv + j, &y[r], sizeof(vec4));
+        },
+        [&](int64_t i, int64_t j) { s[i * Sv + j] = cols[j * ld + i]; });
 }
 
 // Non-temporal stores: a state is written once and not read again by this call, and a packed
 // batch writes one per sequence and head (200 MB for 64 sequences at the 27B shape); streaming
 // them skips reading each destination line first.
 void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s) {
-    const int64_t Sk = d.Sk, Sv = d.Sv, ld = t.nb[1] / int64_t(sizeof(float));
-    auto put = [](float *dst, float x) {
-#if defined(__SSE2__)
-        int bits;
-        std::memcpy(&bits, &x, sizeof bits);
-        _mm_stream_si32(reinterpret_cast<int *>(dst), bits);
-#else
-        *dst = x;
-#endif
-    };
-    auto put4 = [&](float *dst, vec4 x) {
-#if defined(__SSE2__)
-        if (reinterpret_cast<uintptr_t>(dst) % sizeof(vec4) == 0) {
-            _mm_stream_ps(dst, x);
-            return;
-        }
-#endif
-        for (int c = 0; c < 4; ++c) put(dst + c, x[c]);
-    };
-    for (int64_t j0 = 0; j0 < Sv; j0 += kTransposeTile) {
-        const int64_t j1 = std::min(Sv, j0 + kTransposeTile);
-        for (int64_t i0 = 0; i0 < Sk; i0 += kTransposeTile) {
-            const int64_t i1 = std::min(Sk, i0 + kTransposeTile);
-            int64_t j = j0;
-            for (; j + 4 <= j1; j += 4) {
-                float *cols = state_column(t, j, h, index);
-                int64_t i = i0;
-                for (; i + 4 <= i1; i += 4) {
-                    vec4 y[4];  // y[c] = S(i .. i + 3, j + c): four floats of stored column j + c
-                    load_transposed4(s + i * Sv + j, Sv, y);
-                    for (int c = 0; c < 4; ++c) put4(cols + c * ld + i, y[c]);
-                }
-                for (; i < i1; ++i)
-                    for (int64_t c = 0; c < 4; ++c) put(cols + c * ld + i, s[i * Sv + j + c]);
-            }
-            for (; j < j1; ++j) {
-                float *col = state_column(t, j, h, index);
-                for (int64_t i = i0; i < i1; ++i) put(col + i, s[i * Sv + j]);
-            }
-        }
-    }
+    const int64_t Sv = d.Sv, ld = state_column_stride(t);
+    float *cols = state_column(t, 0, h, index);
+    for_state_blocks(
+        d.Sk, Sv,
+        [&](int64_t i, int64_t j) {
+            vec4 y[4];  // y[c] = S(i .. i + 3, j + c): four floats of stored column j + c
+            load_transposed4(s + i * Sv + j, Sv, y);
+            for (int c = 0; c < 4; ++c) stream_vec4(cols + (j + c) * ld + i, y[c]);
+        },
+        [&](int64_t i, int64_t j) { stream_float(cols + j * ld + i, s[i * Sv + j]); });
 #if defined(__SSE2__)
     _mm_sfence();  // the streamed stores are ordered before anything this thread does next
 #endif

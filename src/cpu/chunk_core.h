@@ -43,6 +43,7 @@ struct ChunkScratch {
     std::vector<double> gam;              // L x gw prefix sums
     std::vector<double> exp_arg;          // arguments of one batch of exp (GDA: L x L, KDA: gw)
     std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), KDA (L > 1) 1 / exp(gam); gw: exp(gam_L)
+    std::vector<float> e_twice;           // GDA: 2L, [e; e] (with Q): the factors of the rows of [Q; K]
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
     std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // KDA: L x Sk
@@ -65,6 +66,18 @@ struct ChunkScratch {
 struct ChunkUnit {
     int64_t b, h;  // sequence, value head
 };
+
+// The chunk's row-scaled operands as a product reads them, A = X or A = X^T for X = Qg, Kg, Kl
+// or [Qg; Kg] (2L rows): KDA's stored copies, or GDA's raw Q, K rows with each row's factor
+// (e or f) folded into the product, onto C's rows for A = X and onto B's rows for A = X^T
+// (RowScales), so that GDA never stores them. Valid after prepare_unit_chunk (with Q for Qg, QKg).
+enum class Gated { Qg, Kg, Kl, QKg };
+struct GatedOperand {
+    Mat a;
+    RowScales scales;
+};
+GatedOperand gated_rows(ChunkScratch &w, Gated x, int64_t L);
+GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L);
 
 // Floats from one token's row of t to the next (rows are contiguous with a token stride in floats).
 inline int64_t token_stride_floats(const gdn_tensor &t) { return t.nb[2] / static_cast<int64_t>(sizeof(float)); }
@@ -121,7 +134,7 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 // chunk's rows of the strided q/k/v views are each a page apart.
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats);
 // The rows chunk_deltas and prepare_unit_chunk read for tokens [t_begin, t_end) of the unit: v
-// (nullptr: none), g and beta (a KDA gate row is as long as a v row, and as far from the next one).
+// (nullptr: none), g and beta (a KDA gate row is Sk floats, a token stride from the next one).
 void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
                         int64_t t_begin, int64_t t_end);
 

@@ -90,7 +90,6 @@ struct BackwardWork {
     std::vector<float> dq, dk;       // C x Sk: the group's chunk accumulators
     std::vector<float> gp, gm;       // GDA: C x C, sum over units of dP o Gam, dM o Gam
     std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
-    std::vector<float> e_qk;         // GDA: 2C, [e; e]: the factors of the rows of [Q; K]
     std::vector<double> single, link, pair, dgam;  // C x gw: gate-gradient pieces
     std::vector<double> acc;         // GDA: C column sums of the pairs; then 2 gw running sums
     std::vector<double> wterm;       // gw: the gL term of the gate gradient

@@ -57,8 +57,8 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
                 // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows
                 // (rows are contiguous with a token stride in floats).
                 float *o = w.out_rows.data();
-                if (kda) gemm(L, Sv, Sk, scale, rows(c.qg(), Sk), rows(s, Sv), false, o, Sv, c.pack.data());
-                else gemm(L, Sv, Sk, scale, rows(c.q(), Sk), rows(s, Sv), false, o, Sv, c.pack.data(), {c.e.data(), nullptr});
+                const GatedOperand qg = gated_rows(c, Gated::Qg, L);
+                gemm(L, Sv, Sk, scale, qg.a, rows(s, Sv), false, o, Sv, c.pack.data(), qg.scales);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
                 store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
                                     token_stride_floats(*a.out));
