@@ -147,7 +147,11 @@ int main(int argc, char **argv) {
                                {"TN_128x128x64", 128, 128, 64, true, false},
                                {"NT_64x64x128", 64, 64, 128, false, true},
                                {"NN_128x128x128", 128, 128, 128, false, false},
-                               {"NT_128x128x128", 128, 128, 128, false, true}};
+                               {"NT_128x128x128", 128, 128, 128, false, true},
+                               // The same products for a 32-token chunk (AVX-512 takes 12 x 32 tiles).
+                               {"NN_32x128x128", 32, 128, 128, false, false},
+                               {"TN_128x128x32", 128, 128, 32, true, false},
+                               {"NT_32x32x128", 32, 32, 128, false, true}};
     for (const ShapeArg &s : shapes) {
 #if defined(__x86_64__)
         for (const char *isa : {"avx512", "avx2", "sse2"})

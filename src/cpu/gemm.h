@@ -39,8 +39,9 @@ void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_sc
 
 int64_t gemm_pack_floats(int64_t k);
 
-// Columns of C one micro-tile covers in the kernel in use (16 for AVX2, 64 for AVX-512): callers
-// that cut a product into column blocks keep them multiples of it.
+// Columns of C the narrowest micro-tile of the kernel in use covers (16 for AVX2, 32 for AVX-512,
+// whose products with no side of 32 or less take 64-column tiles): callers that cut a product into
+// column blocks keep them multiples of it.
 int64_t gemm_panel_width();
 
 // The kernel in use: "avx512", "avx2" or "sse2" on x86-64, "neon" on AArch64, "generic" elsewhere.
