@@ -29,9 +29,9 @@ struct ForwardWork {
     uint64_t bytes() const;
 };
 
-// Units [unit_begin, unit_end) of the group (all of them, or a slice when there are fewer groups
-// than threads: the units of a forward are independent, and each slice computes the group's
-// Q K^T, K K^T itself, so the bits do not depend on the slicing). Chunks of at most max_chunk
+// Units [unit_begin, unit_end) of the group (all of them, or a slice where whole groups would
+// leave threads waiting, cpu/forward_schedule.h: the units of a forward are independent, and each
+// slice computes the group's Q K^T, K K^T itself, so the bits do not depend on the slicing). Chunks of at most max_chunk
 // tokens, cut where plan_chunks cuts them, planned as the forward goes.
 void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
                    int64_t unit_end, ForwardWork &w);

@@ -2,9 +2,9 @@
 //
 // Work is split by group = (q/k sequence, key head): a group's units (every sequence and value
 // head that reads that key head) share its Q K^T and K K^T, and dq and dk are summed over them in
-// a fixed order, without atomics, so every thread count gives the same bits. When there are too
-// few groups for the threads, the forward splits groups into slices of units (they are
-// independent), and the backward runs its per-unit steps in rounds over all groups' units, the
+// a fixed order, without atomics, so every thread count gives the same bits. When whole groups
+// would leave threads waiting, the forward cuts groups into slices of units (they are
+// independent; cpu/forward_schedule.h), and the backward runs its per-unit steps in rounds over all groups' units, the
 // per-group sums between them (cpu/backward_schedule.h; the same steps and sums either way).
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
@@ -27,6 +27,7 @@
 #include "cpu/backward_schedule.h"
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
+#include "cpu/forward_schedule.h"
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "cpu/token_forward.h"
@@ -75,21 +76,22 @@ public:
         const int64_t max_chunk = chunk_length(widest, false);
         const int64_t units = widest.value_heads_per_key_head() * widest.sequences_per_qk_sequence();
         // Work items: a per-token unit (b, h) of a short call, or a slice of a group of a chunked
-        // one. Fewer groups than threads: split each group's units into slices so every thread works.
+        // one (cpu/forward_schedule.h: which groups are cut into slices of their units).
         int64_t chunk_groups = 0;
         for (const ForwardArgs *a : calls)
             if (!per_token(a->dims, per_token_max_tokens_forward)) chunk_groups += a->dims.Bq * a->dims.Hk;
-        const int64_t slices =
-            chunk_groups == 0 || chunk_groups >= threads ? 1 : std::min<int64_t>(units, (threads + chunk_groups - 1) / chunk_groups);
+        const cpu::ForwardSplit split = cpu::forward_split(chunk_groups, units, threads, calls.size() == 1);
         items_.clear();
         for (size_t c = 0; c < calls.size(); ++c) {
             const Dims &d = calls[c]->dims;
             if (per_token(d, per_token_max_tokens_forward)) {
                 for (int64_t unit = 0; unit < d.B * d.Hv; ++unit) items_.push_back({c, unit, -1, 0, 1, d.T});
             } else {
-                for (int64_t group = 0; group < d.Bq * d.Hk; ++group)
+                for (int64_t group = 0; group < d.Bq * d.Hk; ++group) {
+                    const int64_t slices = group >= split.first_group ? split.slices : 1;
                     for (int64_t slice = 0; slice < slices; ++slice)
                         items_.push_back({c, group, group, slice * units / slices, (slice + 1) * units / slices, d.T});
+                }
             }
         }
         token_forward_.resize(threads);
@@ -254,11 +256,11 @@ private:
         return scratch;
     }
 
-    // Fewer groups than workers: the forward splits each group's units into slices so every
-    // worker has work (the bits do not depend on the slicing: see forward_group).
+    // The caller's shares (gdn_forward_share) take items by count, so there every group is cut
+    // into the same number of slices, and only when there are fewer groups than workers.
     static int64_t forward_slices(const Dims &d, int workers) {
-        const int64_t groups = d.Bq * d.Hk, units = d.value_heads_per_key_head() * d.sequences_per_qk_sequence();
-        return groups >= workers ? 1 : std::min<int64_t>(units, (workers + groups - 1) / groups);
+        const int64_t groups = d.Bq * d.Hk;
+        return groups < workers ? cpu::forward_split(groups, cpu::units_of(d), workers, true).slices : 1;
     }
 
     static void run_forward_item(const ForwardArgs &a, int64_t item, int64_t slices, int64_t max_chunk,

@@ -56,8 +56,9 @@ bool bitwise_equal(const std::vector<std::vector<double>> &a, const std::vector<
 }
 
 TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
-    // 2 q/k sequences x 3 key heads = 6 groups: 8 threads leave some idle, 3 split them evenly,
-    // 2 and 1 do not; chunked (default) and per-token forms, GDA and KDA, both ops.
+    // 2 q/k sequences x 3 key heads = 6 groups of 2 units: 8 threads leave some idle (the forward
+    // cuts every group into slices), 2 and 3 split them evenly, 4 and 5 do not (the forward cuts
+    // the last 2 groups, the last 1); chunked (default) and per-token forms, GDA and KDA, both ops.
     for (bool kda : {false, true})
         for (Op op : {Op::Forward, Op::Backward})
             for (int chunk : {0, 1}) {
@@ -65,7 +66,8 @@ TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
                 SCOPED_TRACE(c.label() + " chunk_size=" + std::to_string(chunk));
                 TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
                 const auto first = outputs_of(c, inputs, 1, chunk);
-                for (int threads : {1, 2, 3, 8}) EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
+                for (int threads : {1, 2, 3, 4, 5, 8})
+                    EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
             }
 }
 
