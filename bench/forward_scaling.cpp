@@ -29,8 +29,8 @@
 #include "case.h"
 #include "core/validate.h"
 #include "cpu/chunk_drivers.h"
+#include "cpu/chunk_plan.h"
 #include "cpu/forward_schedule.h"
-#include "cpu/gemm.h"
 #include "problem_data.h"
 #include "runner.h"
 
@@ -103,11 +103,17 @@ int main(int argc, char **argv) {
     const int64_t tokens = flag(argc, argv, "--tokens", 4096);
     const int passes = std::max(1, flag(argc, argv, "--passes", 3));
     Case c;  // the harness's 27B forward case at T = 4096, at --tokens
+    bool found = false;
     for (const Case &p : perf_cases())
         if (p.op == Op::Forward && p.model == "qwen3.5-27b" && p.shape.T == 4096 && p.cu_seqlens.empty() && !p.kda) {
             c = p;
+            found = true;
             break;
         }
+    if (!found) {
+        std::fprintf(stderr, "the harness has no 27B forward case at T = 4096\n");
+        return 1;
+    }
     c.shape.T = tokens;
     TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0)), outputs = make_outputs(c, GDN_TYPE_F32);
     Mirror in(inputs, host_memory()), out(outputs, host_memory());
@@ -119,8 +125,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const Dims &d = a.dims;
-    // The backend's default chunk length for a forward (one kernel panel, at least 32 tokens).
-    const int64_t max_chunk = std::min<int64_t>(d.T, std::max<int64_t>(32, cpu::gemm_panel_width()));
+    const int64_t max_chunk = std::min<int64_t>(d.T, cpu::default_chunk(false, false));
     const int64_t groups = d.Bq * d.Hk, units = cpu::units_of(d);
     std::printf("case: %s\n", c.label().c_str());
     std::printf("groups (Hk B) %lld, units per group %lld, chunk %lld\n\n", (long long)groups, (long long)units,
@@ -149,7 +154,7 @@ int main(int argc, char **argv) {
     std::printf("\none thread, whole groups: %.1f ms\n\n", 1e3 * one);
     std::printf("| threads | whole: ms | speedup | balance | split: ms | speedup | balance | split / whole |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int threads : {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64}) {
+    for (int threads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 48, 64}) {
         const int64_t before_slices = groups < threads ? cpu::forward_split(groups, units, threads, true).slices : 1;
         const Modelled whole = replay(items_of(time, groups, units, {before_slices > 1 ? 0 : groups, before_slices}), threads);
         const Modelled split = replay(items_of(time, groups, units, cpu::forward_split(groups, units, threads, true)), threads);

@@ -88,9 +88,9 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
 }
 
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
-    // Blocks of whole kernel panels, at least 32 columns: on AVX2 3/4 of the full product's work
-    // at L = 64, the full product at L = 32 (blocks of one 16-column panel there measured
-    // 0.96-1.10 of the time: no gain), and where a panel is 64 wide.
+    // Blocks of whole kernel panels, at least 32 columns: 3/4 of the full product's work at
+    // L = 64, the full product at L = 32 (on AVX2, blocks of one 16-column panel there measured
+    // 0.96-1.10 of the time: no gain).
     const int64_t block = std::max<int64_t>(32, gemm_panel_width());
     for (int64_t c0 = 0; c0 < L; c0 += block)
         gemm(L - c0, std::min(block, L - c0), n, 1.0f, rows(a + c0 * n, n), transposed(b + c0 * n, n), false,

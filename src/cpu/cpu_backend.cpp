@@ -38,18 +38,6 @@ namespace {
 
 using cpu::BackwardLayout;
 
-// The default chunk length, at least one GEMM kernel panel so that the L x L products fill whole
-// panels. Measured on AVX2 (16-column panels; docs/PERF.md, "Chunk length"), 32 tokens against
-// 64: forward 0.93-0.99 of the time, KDA backward 0.84-0.92 (its L x L products are per unit,
-// not per group). A backward keeps a state per chunk and unit, so 32 doubles those checkpoints:
-// worth it for KDA, not for the GDA backward (0.96-1.05), which keeps 64. 16 is no faster than
-// 32. With AVX-512 the same choice, with 12 x 32 tiles for the 32-token products, measured
-// forward 0.94-0.95 and KDA backward 0.94 of 64 tokens with 6 x 64 tiles ("Tiles for 32-token
-// chunks").
-int64_t default_chunk(bool backward, bool kda) {
-    return std::max<int64_t>(backward && !kda ? 64 : 32, cpu::gemm_panel_width());
-}
-
 // Up to this many tokens the per-token form is at least as fast (measured: docs/PERF.md; the
 // chunked backward is already as fast at T = 1).
 constexpr int64_t per_token_max_tokens_forward = 16;
@@ -185,8 +173,9 @@ public:
 
     uint64_t workspace_bytes() const override { return workspace_; }
 
-    // Caller-provided threads (gdn_forward_share): the same items as forward() with nth workers,
-    // this share's slice of them, on scratch that belongs to the calling thread. Everything is
+    // Caller-provided threads (gdn_forward_share): the call's items for nth workers (groups cut
+    // into slices only when fewer than nth: forward_slices), this share's static part of them, on
+    // scratch that belongs to the calling thread. Everything is
     // allocated (and, for the backward, this share's groups planned) before anything is written.
     Status forward_share(const ForwardArgs &a, int ith, int nth) override {
         const Dims &d = a.dims;
@@ -283,7 +272,7 @@ private:
     }
 
     int64_t chunk_length(const Dims &d, bool backward) const {
-        const int64_t c = chunk_size_ > 1 ? chunk_size_ : default_chunk(backward, d.gate_width != 1);
+        const int64_t c = chunk_size_ > 1 ? chunk_size_ : cpu::default_chunk(backward, d.gate_width != 1);
         return std::min(c, d.T);
     }
 

@@ -11,6 +11,8 @@
 #endif
 #ifndef GDN_SMALL_MR
 #define GDN_SMALL_MR 12
+#endif
+#ifndef GDN_SMALL_NV
 #define GDN_SMALL_NV 2
 #endif
 #include "cpu/gemm_kernel.inc"

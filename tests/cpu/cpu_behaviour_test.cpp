@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "case.h"
 #include "cpu/backward_schedule.h"
+#include "cpu/forward_schedule.h"
 #include "metrics.h"
 #include "problem_data.h"
 #include "runner.h"
@@ -69,6 +71,35 @@ TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
                 for (int threads : {1, 2, 3, 4, 5, 8})
                     EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
             }
+}
+
+TEST(CpuSchedule, ForwardCutsGroupsOnlyWhereWorkersWouldWait) {
+    using gdn::cpu::forward_split;
+    const auto cut = [](gdn::cpu::ForwardSplit s) { return std::make_pair(s.first_group, s.slices); };
+    using Cut = std::pair<int64_t, int64_t>;
+    EXPECT_EQ(cut(forward_split(0, 3, 4, true)), Cut(0, 1));     // nothing chunked
+    EXPECT_EQ(cut(forward_split(4, 3, 8, true)), Cut(0, 2));     // fewer groups than workers: all
+    EXPECT_EQ(cut(forward_split(4, 3, 8, false)), Cut(0, 2));    // ... with packed sequences too
+    EXPECT_EQ(cut(forward_split(2, 3, 64, true)), Cut(0, 3));    // at most one unit a slice
+    for (int workers : {1, 2, 4, 8, 16}) EXPECT_EQ(cut(forward_split(16, 3, workers, true)), Cut(16, 1)) << workers;
+    EXPECT_EQ(cut(forward_split(16, 3, 3, true)), Cut(15, 3));   // the 16th group on 3 workers
+    EXPECT_EQ(cut(forward_split(16, 3, 12, true)), Cut(12, 3));  // the last 4 on 12: 12 slices
+    EXPECT_EQ(cut(forward_split(16, 3, 3, false)), Cut(16, 1));  // packed: lengths fill the gaps
+    EXPECT_EQ(cut(forward_split(16, 1, 3, true)), Cut(16, 1));   // one unit: nothing to cut
+    // 7 groups left on 9 workers: 14 or 21 slices would put two on some workers, slower than
+    // one whole group; likewise 2-unit groups on 9 and 10 workers.
+    EXPECT_EQ(cut(forward_split(16, 3, 9, true)), Cut(16, 1));
+    EXPECT_EQ(cut(forward_split(16, 2, 9, true)), Cut(16, 1));
+    EXPECT_EQ(cut(forward_split(16, 2, 10, true)), Cut(16, 1));
+    // The chosen cut's last round is never longer than the whole groups'.
+    for (int workers = 1; workers <= 40; ++workers)
+        for (int64_t units : {1, 2, 3, 4, 6}) {
+            const gdn::cpu::ForwardSplit s = forward_split(16, units, workers, true);
+            if (s.first_group == 0 || s.first_group == 16) continue;
+            const int64_t last = 16 - s.first_group;
+            EXPECT_LT(gdn::cpu::round_span(last, units, s.slices, workers), gdn::cpu::round_span(last, units, 1, workers))
+                << workers << " workers, " << units << " units";
+        }
 }
 
 TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {

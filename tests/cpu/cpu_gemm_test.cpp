@@ -24,7 +24,9 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
     for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
         ++tested;
-        for (int m : {1, 5, 6, 7, 13, 64})
+        // With AVX-512, products with every side above 32 take 6 x 64 tiles (m = 37, 64, 128:
+        // row edges of 1, 4, 2), the others 12 x 32.
+        for (int m : {1, 5, 6, 7, 13, 37, 64, 128})
             for (int n : {1, 3, 16, 33, 64, 130})
                 for (int k : {0, 1, 7, 64})
                     for (int mode = 0; mode < 12; ++mode) {
@@ -112,7 +114,8 @@ TEST(CpuGemm, FoldsRowFactorsIntoTheProduct) {
 // bit for bit, the same product taken a few rows at a time: tall products pack B's panels (many
 // row tiles read them), short ones read B in place, over a B whose rows are a power of two apart
 // as the chunk math's are; with AVX-512 the whole product takes 6 x 64 tiles (k > 32) and the
-// three-row pieces 12 x 32 tiles.
+// three-row pieces 12 x 32 tiles (both full panels here, n = 128: a partial panel's epilogue
+// may round alpha * sum + C differently).
 TEST(CpuGemm, PackedAndInPlacePanelsGiveTheSameBits) {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> u(-1, 1);
