@@ -55,7 +55,8 @@ std::vector<Range> slice_ranges(int64_t units) {
     std::vector<Range> ranges;
     for (int64_t n = 1; n <= units; ++n)
         for (int64_t s = 0; s < n; ++s) {
-            const Range r{s * units / n, (s + 1) * units / n};
+            const cpu::UnitRange u = cpu::slice_units(units, n, s);
+            const Range r{u.begin, u.end};
             if (std::find(ranges.begin(), ranges.end(), r) == ranges.end()) ranges.push_back(r);
         }
     return ranges;
@@ -90,7 +91,8 @@ std::vector<Item> items_of(const std::map<std::pair<int64_t, Range>, double> &ti
     for (int64_t g = 0; g < groups; ++g) {
         const int64_t n = g >= split.first_group ? split.slices : 1;
         for (int64_t s = 0; s < n; ++s) {
-            const Range r{s * units / n, (s + 1) * units / n};
+            const cpu::UnitRange u = cpu::slice_units(units, n, s);
+            const Range r{u.begin, u.end};
             items.push_back({r.second - r.first, time.at({g, r})});
         }
     }

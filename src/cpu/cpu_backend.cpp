@@ -77,8 +77,10 @@ public:
             } else {
                 for (int64_t group = 0; group < d.Bq * d.Hk; ++group) {
                     const int64_t slices = group >= split.first_group ? split.slices : 1;
-                    for (int64_t slice = 0; slice < slices; ++slice)
-                        items_.push_back({c, group, group, slice * units / slices, (slice + 1) * units / slices, d.T});
+                    for (int64_t slice = 0; slice < slices; ++slice) {
+                        const cpu::UnitRange r = cpu::slice_units(units, slices, slice);
+                        items_.push_back({c, group, group, r.begin, r.end, d.T});
+                    }
                 }
             }
         }
@@ -256,8 +258,8 @@ private:
                                  cpu::ForwardWork &w) {
         const Dims &d = a.dims;
         const int64_t group = item / slices, slice = item % slices;
-        const int64_t units = cpu::units_of(d);
-        cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, slice * units / slices, (slice + 1) * units / slices, w);
+        const cpu::UnitRange r = cpu::slice_units(cpu::units_of(d), slices, slice);
+        cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, r.begin, r.end, w);
     }
 
     static BackwardLayout widest_layout_of(const std::vector<std::vector<int64_t>> &plans, const Dims &d, int64_t max_chunk) {

@@ -9,13 +9,19 @@
 #include <functional>
 #include <vector>
 
+#include "cpu/chunk_drivers.h"  // UnitRange
+
 namespace gdn::cpu {
 
-// Groups [first_group, groups) are cut into `slices` slices of their units: slice s of n takes
-// units [s units / n, (s + 1) units / n).
+// Groups [first_group, groups) are cut into `slices` slices of their units (slice_units).
 struct ForwardSplit {
     int64_t first_group, slices;
 };
+
+// Units of slice s of a group's `units` cut into `slices`: [s units / n, (s + 1) units / n).
+inline UnitRange slice_units(int64_t units, int64_t slices, int64_t s) {
+    return {s * units / slices, (s + 1) * units / slices};
+}
 
 // What a slice costs beyond its units' work, in units: its group's grams and q/k rows again
 // (measured at the 27B shape, bench/forward_scaling: about 1 ms a slice against 6.1 ms a unit).
@@ -27,8 +33,10 @@ constexpr double kSliceOverheadUnits = 0.15;
 inline double round_span(int64_t groups, int64_t units, int64_t slices, int workers) {
     std::vector<double> items;
     for (int64_t g = 0; g < groups; ++g)
-        for (int64_t s = 0; s < slices; ++s)
-            items.push_back(double((s + 1) * units / slices - s * units / slices) + (slices > 1 ? kSliceOverheadUnits : 0.0));
+        for (int64_t s = 0; s < slices; ++s) {
+            const UnitRange r = slice_units(units, slices, s);
+            items.push_back(double(r.end - r.begin) + (slices > 1 ? kSliceOverheadUnits : 0.0));
+        }
     std::stable_sort(items.begin(), items.end(), std::greater<double>());
     std::vector<double> busy(static_cast<size_t>(workers), 0.0);
     for (double t : items) *std::min_element(busy.begin(), busy.end()) += t;
