@@ -21,37 +21,74 @@ inline __attribute__((always_inline)) Vec8 load8(const float *p) {
 inline __attribute__((always_inline)) void store8(float *p, Vec8 v) { __builtin_memcpy(p, &v, sizeof v); }
 }  // namespace
 
-GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {
+namespace {
+
+// exp(v) rounded to float (exp_to_float's contract), inlined into each clone that calls it.
+inline __attribute__((always_inline)) float exp_one(double v) {
     constexpr double log2e = 1.4426950408889634, ln2_hi = 0.6931471805599453, ln2_lo = 2.3190468138462996e-17;
+    // NaN is clamped too (to 0), so that the conversion of k below stays defined; the
+    // result is replaced by the NaN at the end.
+    const double c = v != v ? 0.0 : (v < -110.0 ? -110.0 : (v > 100.0 ? 100.0 : v));
+    const double k = __builtin_nearbyint(c * log2e);
+    const double r = (c - k * ln2_hi) - k * ln2_lo;  // |r| <= ln2 / 2
+    // exp(r) by its Taylor series to r^8 (error < 1e-9 relative on the reduced range).
+    double p = 1.0 / 40320;
+    p = p * r + 1.0 / 5040;
+    p = p * r + 1.0 / 720;
+    p = p * r + 1.0 / 120;
+    p = p * r + 1.0 / 24;
+    p = p * r + 1.0 / 6;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    // 2^k as a double built from its exponent bits (k in [-159, 145]: always a normal double).
+    // k + 1.5 * 2^52 is exact and holds k in its low bits: a bit cast and integer adds, which
+    // vectorise (converting a double to int64 directly needs AVX-512).
+    const double shifted = k + 0x1.8p52;
+    int64_t low;
+    __builtin_memcpy(&low, &shifted, sizeof low);
+    const int64_t bits = (low - 0x4338000000000000 + 1023) << 52;
+    double scale;
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    const float result = static_cast<float>(p * scale);
+    return v != v ? static_cast<float>(v) : result;
+}
+
+}  // namespace
+
+GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = exp_one(x[i]);
+}
+
+namespace {
+
+// One row of kda_gated_rows (restrict parameters, so that the loop vectorises without checks).
+inline __attribute__((always_inline)) void kda_gated_row(int64_t n, const double *__restrict gam,
+                                                         const float *__restrict gl, const float *__restrict k,
+                                                         float *__restrict e, float *__restrict einv,
+                                                         float *__restrict f, float *__restrict kg,
+                                                         float *__restrict kl, float *__restrict kinv) {
     for (int64_t i = 0; i < n; ++i) {
-        const double v = x[i];
-        // NaN is clamped too (to 0), so that the conversion of k below stays defined; the
-        // result is replaced by the NaN at the end.
-        const double c = v != v ? 0.0 : (v < -110.0 ? -110.0 : (v > 100.0 ? 100.0 : v));
-        const double k = __builtin_nearbyint(c * log2e);
-        const double r = (c - k * ln2_hi) - k * ln2_lo;  // |r| <= ln2 / 2
-        // exp(r) by its Taylor series to r^8 (error < 1e-9 relative on the reduced range).
-        double p = 1.0 / 40320;
-        p = p * r + 1.0 / 5040;
-        p = p * r + 1.0 / 720;
-        p = p * r + 1.0 / 120;
-        p = p * r + 1.0 / 24;
-        p = p * r + 1.0 / 6;
-        p = p * r + 0.5;
-        p = p * r + 1.0;
-        p = p * r + 1.0;
-        // 2^k as a double built from its exponent bits (k in [-159, 145]: always a normal double).
-        // k + 1.5 * 2^52 is exact and holds k in its low bits: a bit cast and integer adds, which
-        // vectorise (converting a double to int64 directly needs AVX-512).
-        const double shifted = k + 0x1.8p52;
-        int64_t low;
-        __builtin_memcpy(&low, &shifted, sizeof low);
-        const int64_t bits = (low - 0x4338000000000000 + 1023) << 52;
-        double scale;
-        __builtin_memcpy(&scale, &bits, sizeof scale);
-        const float result = static_cast<float>(p * scale);
-        y[i] = v != v ? static_cast<float>(v) : result;
+        const float x = exp_one(gam[i]), inverse = 1.0f / x, tail = gl[i] * inverse;
+        e[i] = x;
+        einv[i] = inverse;
+        f[i] = tail;
+        kg[i] = k[i] * x;
+        kl[i] = k[i] * tail;
+        kinv[i] = k[i] * inverse;
     }
+}
+
+}  // namespace
+
+GDN_VECTORIZED void kda_gated_rows(int64_t L, int64_t n, const double *gam, const float *gl, const float *q,
+                                   const float *k, const KdaGated &out) {
+    for (int64_t r = 0; r < L; ++r) {
+        const int64_t row = r * n;
+        kda_gated_row(n, gam + row, gl, k + row, out.e + row, out.einv + row, out.f + row, out.kg + row, out.kl + row,
+                      out.kinv + row);
+    }
+    if (q != nullptr) scale_rows(q, out.e, L, n, n, out.qg);
 }
 
 GDN_VECTORIZED float dot(const float *a, const float *b, int64_t n) {

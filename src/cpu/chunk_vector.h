@@ -41,6 +41,16 @@ void add_product(const float *x, const float *z, float *y, int64_t n);
 // -104, inf above 89, NaN stays NaN.
 void exp_to_float(const double *x, float *y, int64_t n);
 
+// The row-scaled operands of a KDA chunk of L > 1 rows (all L x n), in one pass over the rows with
+// every factor used where it is made: e = exp(gam) as exp_to_float rounds it, einv = 1 / e,
+// f = gl o einv (gl: n floats, exp(gam_L)), qg = q o e (q nullptr: qg not written), kg = k o e,
+// kl = k o f, kinv = k o einv; the same bits as those steps one after another.
+struct KdaGated {
+    float *e, *einv, *f, *qg, *kg, *kl, *kinv;
+};
+void kda_gated_rows(int64_t L, int64_t n, const double *gam, const float *gl, const float *q, const float *k,
+                    const KdaGated &out);
+
 // dst[r] = src[r] * scale[r] for L rows of n floats: one factor per row (gw == 1) or per
 // element (gw == n).
 void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst);
