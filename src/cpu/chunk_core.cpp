@@ -253,11 +253,15 @@ const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64
 
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    float c_scale = 1.0f;
-    if (!w.kda && s == s_next) c_scale = w.gl[0];  // in place: the product scales S itself
-    else if (w.kda) scale_rows(s, w.gl.data(), Sk, Sv, 1, s_next);
-    else scale_rows(s, w.gl.data(), 1, Sk * Sv, 1, s_next);
-    const GatedOperand kl_t = gated_transposed(w, Gated::Kl, L);
+    if (s != s_next) std::copy_n(s, Sk * Sv, s_next);
+    // The decay diag(gL) S is applied as the product adds S (GDA: one factor, KDA: one per key
+    // channel, a row of S), not in a pass of its own over the state.
+    GatedOperand kl_t = gated_transposed(w, Gated::Kl, L);
+    float c_scale = w.gl[0];
+    if (w.kda) {
+        kl_t.scales.c_in = w.gl.data();
+        c_scale = 1.0f;
+    }
     gemm(Sk, Sv, L, 1.0f, kl_t.a, rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data(), kl_t.scales);
 }
 

@@ -25,13 +25,16 @@ inline Mat transposed(const float *p, int64_t ld) { return {p, 1, ld}; }  // A^T
 // Row factors folded into a product (nullptr: none), so that a row-scaled operand such as Q o e
 // or K o f (one gate factor per token) is never stored: c_rows (m floats) scales row r of A B as
 // it is written (alpha * c_rows[r] times the row's sums), b_rows (k floats) scales row kk of B as
-// its panel is packed (a B with b_rows is always packed).
+// its panel is packed (a B with b_rows is always packed), c_in (m floats) scales row r of the C
+// that is added (a KDA state decayed per key channel as it is updated, S = diag(gL) S + ...).
 struct RowScales {
     const float *c_rows = nullptr;
     const float *b_rows = nullptr;
+    const float *c_in = nullptr;
 };
 
-// C[m x n] (leading dimension ldc) = alpha * diag(c_rows) A[m x k] diag(b_rows) B[k x n] + c_scale * C;
+// C[m x n] (leading dimension ldc) = alpha * diag(c_rows) A[m x k] diag(b_rows) B[k x n]
+//                                    + c_scale * diag(c_in) C;
 // C is not read when c_scale is 0 (so true / false read as accumulate / overwrite).
 // pack: at least gemm_pack_floats(k) floats of scratch.
 void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,

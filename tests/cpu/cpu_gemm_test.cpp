@@ -59,8 +59,8 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
 #endif
 }
 
-// Row factors folded in (RowScales): C = alpha diag(c_rows) A diag(b_rows) B + c_scale C on every
-// ISA and transpose, with C added, overwritten or scaled, over sizes with partial tiles and
+// Row factors folded in (RowScales): C = alpha diag(c_rows) A diag(b_rows) B + c_scale diag(c_in) C
+// on every ISA and transpose, with C added, overwritten or scaled, over sizes with partial tiles and
 // panels, k = 0, and a B that would otherwise be read in place (row-major, full panels, few row
 // tiles: a B with b_rows must be packed, scaled).
 // The factors are powers of two and spread far apart (2^-20 .. 2^20): a factor applied to the
@@ -74,22 +74,25 @@ TEST(CpuGemm, FoldsRowFactorsIntoTheProduct) {
         for (int m : {1, 7, 64})
             for (int n : {5, 33, 64, 130})
                 for (int k : {0, 1, 6, 128})
-                    for (int mode = 0; mode < 12; ++mode) {
-                        const bool at = mode & 1, bt = mode & 2;
+                    for (int variant = 0; variant < 24; ++variant) {
+                        const int mode = variant % 12;
+                        const bool at = mode & 1, bt = mode & 2, with_in = variant >= 12;
                         const bool with_c = mode % 3 != 1, with_b = mode % 3 != 0;
                         const float c_scale = mode < 4 ? 1.0f : mode < 8 ? 0.0f : 0.75f;  // add, overwrite, scale
-                        std::vector<float> a(m * k), b(k * n), c(m * n), c_rows(m), b_rows(k),
+                        std::vector<float> a(m * k), b(k * n), c(m * n), c_rows(m), b_rows(k), c_in(m),
                             pack(gdn::cpu::gemm_pack_floats(k));
                         for (float &x : a) x = u(rng);
                         for (float &x : b) x = u(rng);
                         for (float &x : c) x = u(rng);
                         for (float &x : c_rows) x = std::ldexp(1.0f, exponent(rng));
                         for (float &x : b_rows) x = std::ldexp(1.0f, exponent(rng));
+                        for (float &x : c_in) x = std::ldexp(1.0f, exponent(rng));
                         const std::vector<float> c0 = c;
                         const Mat av = at ? gdn::cpu::transposed(a.data(), m) : gdn::cpu::rows(a.data(), k);
                         const Mat bv = bt ? gdn::cpu::transposed(b.data(), k) : gdn::cpu::rows(b.data(), n);
                         gdn::cpu::gemm(m, n, k, 0.5f, av, bv, c_scale, c.data(), n, pack.data(),
-                                       {with_c ? c_rows.data() : nullptr, with_b ? b_rows.data() : nullptr});
+                                       {with_c ? c_rows.data() : nullptr, with_b ? b_rows.data() : nullptr,
+                                        with_in ? c_in.data() : nullptr});
                         for (int i = 0; i < m; ++i)
                             for (int j = 0; j < n; ++j) {
                                 double sum = 0, magnitude = 0;
@@ -101,9 +104,10 @@ TEST(CpuGemm, FoldsRowFactorsIntoTheProduct) {
                                     magnitude += std::fabs(term);
                                 }
                                 const double row = 0.5 * (with_c ? c_rows[i] : 1.0f);
-                                const double want = c_scale * double(c0[i * n + j]) + row * sum;
-                                ASSERT_NEAR(c[i * n + j], want, 1e-6 * (std::fabs(c0[i * n + j]) + row * magnitude) + 1e-30)
-                                    << isa << " m=" << m << " n=" << n << " k=" << k << " mode=" << mode;
+                                const double old = c_scale * (with_in ? c_in[i] : 1.0f) * double(c0[i * n + j]);
+                                const double want = old + row * sum;
+                                ASSERT_NEAR(c[i * n + j], want, 1e-6 * (std::fabs(old) + row * magnitude) + 1e-30)
+                                    << isa << " m=" << m << " n=" << n << " k=" << k << " variant=" << variant;
                             }
                     }
     }
