@@ -32,6 +32,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     C = max_chunk;
     tokens = d.T;
     Sv = d.Sv;
+    Sk = d.Sk;
     segments = layout.segments;
     chunks_per_segment = layout.chunks_per_segment;
     replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
@@ -39,6 +40,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     slot_floats = split ? pieces_slot_floats(d, C) : 0;
     checkpoints.resize(units * segments * area);
     kept_z.resize(max_chunk <= d.Sk ? units * tokens * Sv : 0);
+    kept_e.resize(max_chunk <= d.Sk && !gda ? units * tokens * Sk : 0);
     replay.resize(units * replay_slots * area);
     carries.resize((units + spares) * area);
     carry_slab.resize(units + spares);
@@ -48,7 +50,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
 
 uint64_t GroupBackward::bytes() const {
     uint64_t n = carry_slab.size() * sizeof(int64_t);
-    for (const auto *v : {&checkpoints, &kept_z, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
+    for (const auto *v : {&checkpoints, &kept_z, &kept_e, &replay, &carries, &gram, &pieces}) n += v->size() * sizeof(float);
     return n;
 }
 
@@ -58,11 +60,15 @@ int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? end
 
 float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
 
-// Unit u's kept Z of chunk ci (nullptr: not kept). The last chunk's is not: the forward pass
-// would prepare that chunk only to solve it, and the reverse walk prepares it anyway.
+// Unit u's kept Z (and KDA's e) of chunk ci (nullptr: not kept). The last chunk's are not: the
+// forward pass would prepare that chunk only to solve it, and the reverse walk prepares it anyway.
 float *kept_z_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
     if (g.kept_z.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
     return g.kept_z.data() + (u * g.tokens + start_of(ends, ci)) * g.Sv;
+}
+float *kept_e_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
+    if (g.kept_e.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
+    return g.kept_e.data() + (u * g.tokens + start_of(ends, ci)) * g.Sk;
 }
 
 // Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
@@ -92,12 +98,16 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
                    int64_t u, const float *s, float *s_next, bool replay, GroupBackward &g, ChunkScratch &c) {
     const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
-    float *kept = kept_z_of(g, ends, u, ci);
-    if (ci + 1 < static_cast<int64_t>(ends.size()))
-        prefetch_unit_rows(replay && kept ? nullptr : a.v, *a.g, *a.beta, a.dims, unit, t1, ends[ci + 1]);
-    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, nullptr, c);
+    float *kept = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
+    if (ci + 1 < static_cast<int64_t>(ends.size())) {
+        const bool next_e_kept = replay && kept_e_of(g, ends, u, ci + 1) != nullptr;
+        prefetch_unit_rows(replay && kept ? nullptr : a.v, next_e_kept ? nullptr : a.g, *a.beta, a.dims, unit, t1,
+                           ends[ci + 1]);
+    }
+    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
     const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept : nullptr, c);
     if (!replay && kept) std::memcpy(kept, z, sizeof(float) * L * g.Sv);
+    if (!replay && kept_e) std::memcpy(kept_e, c.e.data(), sizeof(float) * L * g.Sk);
     advance_state(s, s_next, L, c);
 }
 
@@ -121,8 +131,9 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-    const float *kept = kept_z_of(g, ends, u, ci);
-    prefetch_unit_rows(kept ? nullptr : a.v, *a.g, *a.beta, d, unit, prev_start, t0);
+    const float *kept = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
+    const bool prev_e_kept = ci > 0 && kept_e_of(g, ends, u, ci - 1) != nullptr;
+    prefetch_unit_rows(kept ? nullptr : a.v, prev_e_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0);
     prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
@@ -131,7 +142,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
         load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
         axpy(1.0f, w.d_state.data(), dsl, g.area);
     }
-    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept, dsl, ds0, w);
+    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept, kept_e, dsl, ds0, w);
     std::swap(current, spare);
     return p;
 }

@@ -120,13 +120,13 @@ void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, BackwardWork &w) {
 }  // namespace
 
 UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                               const float *z, const float *dsl, float *ds0, BackwardWork &w) {
+                               const float *z, const float *e, const float *dsl, float *ds0, BackwardWork &w) {
     const Dims &d = a.dims;
     ChunkScratch &c = w.chunk;
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
     const bool kda = gw != 1;
     float *pack = c.pack.data();
-    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, nullptr, c);
+    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, KnownGates{nullptr, e}, c);
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
     const float *P = c.p.data(), *A = c.a.data(), *Dm = c.dm.data();
 

@@ -20,12 +20,13 @@ struct UnitPieces {
     const float *einv = nullptr, *dkinv = nullptr;                // KDA: L x Sk
 };
 
-// The unit's backward over chunk [t0, t0 + L) from its entry state s0 and its Z (L x Sv, kept by
-// the forward pass; nullptr: solved again, chunk_deltas): dsl = dL/dS_L in, ds0 = dL/dS0 out;
-// writes the unit's dv, dg, dbeta rows. The group's Q, K rows (and GDA's gram) are loaded in
-// w.chunk. The pieces point into w (valid until its next call).
+// The unit's backward over chunk [t0, t0 + L) from its entry state s0, its Z (L x Sv) and KDA's
+// gate factors e (L x Sk), as the forward pass kept them (nullptr: solved again, chunk_deltas;
+// computed again from the g rows): dsl = dL/dS_L in, ds0 = dL/dS0 out; writes the unit's dv, dg,
+// dbeta rows. The group's Q, K rows (and GDA's gram) are loaded in w.chunk. The pieces point
+// into w (valid until its next call).
 UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                               const float *z, const float *dsl, float *ds0, BackwardWork &w);
+                               const float *z, const float *e, const float *dsl, float *ds0, BackwardWork &w);
 
 // The group's accumulators w.dq, w.dk (GDA: w.gp, w.gm) set to zero for a chunk of L tokens.
 void start_group_chunk(int64_t L, BackwardWork &w);

@@ -114,12 +114,19 @@ namespace {
 
 // Prefix sums of the chunk's gates and the exponentials every formula uses, and KDA's row-scaled
 // copies of Q and K (with_q: Qg too). Prefix sums are in double, so a difference gam_r - gam_s
-// keeps its digits even after a -120 spike. planned_gam: the prefix sums the planner kept
-// (ChunkPlanner::next_end), else nullptr.
-void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool with_q, const double *planned_gam,
+// keeps its digits even after a -120 spike.
+void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool with_q, KnownGates known,
                    ChunkScratch &w) {
     const int64_t gw = w.gw;
-    const double *gam = planned_gam;
+    if (w.kda && L > 1 && known.e != nullptr) {
+        // exp(gam_L) is the last row of e: the same exp of the same sum.
+        std::copy_n(known.e, L * gw, w.e.data());
+        std::copy_n(known.e + (L - 1) * gw, gw, w.gl.data());
+        kda_gated_rows(L, gw, nullptr, w.gl.data(), with_q ? w.q() : nullptr, w.k(L),
+                       KdaGated{w.e.data(), w.einv.data(), w.f.data(), w.qg(), w.kg(L), w.kl.data(), w.kinv.data()});
+        return;
+    }
+    const double *gam = known.gam;
     if (gam == nullptr) {
         for (int64_t r = 0; r < L; ++r) {
             if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
@@ -186,10 +193,10 @@ void invert_unit_lower(int64_t L, ChunkScratch &w) {
 }  // namespace
 
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
-                        bool with_q, bool with_inverse, const double *planned_gam, ChunkScratch &w) {
+                        bool with_q, bool with_inverse, KnownGates known, ChunkScratch &w) {
     const int64_t Sk = d.Sk;
     for (int64_t r = 0; r < L; ++r) w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
-    compute_gates(g, u, t0, L, with_q, planned_gam, w);
+    compute_gates(g, u, t0, L, with_q, known, w);
     if (!w.kda && with_q) {
         std::copy_n(w.e.data(), L, w.e_twice.data());
         std::copy_n(w.e.data(), L, w.e_twice.data() + L);
@@ -309,10 +316,10 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
         prefetch_lines(element_ptr(*t, 0, i1, r, i3), row_floats * int64_t(sizeof(float)));
 }
 
-void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
+void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
                         int64_t t_begin, int64_t t_end) {
     prefetch_rows(v, u.h, t_begin, t_end, u.b, d.Sv);
-    prefetch_rows(&g, u.h, t_begin, t_end, u.b, d.gate_width);
+    prefetch_rows(g, u.h, t_begin, t_end, u.b, d.gate_width);
     prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1);
 }
 

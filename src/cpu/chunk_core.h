@@ -109,14 +109,20 @@ void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out);
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                       int64_t L, bool with_qk, ChunkScratch &w);
 
+// What a caller already has of a unit's chunk of KDA gates (nullptr: nothing), so that the gate
+// rows are not read again: gam, the prefix sums as ChunkPlanner::next_end kept them (L x gw);
+// e, exp(gam) as an earlier pass over the same chunk made it (w.e; used for chunks of L > 1).
+struct KnownGates {
+    const double *gam = nullptr;
+    const float *e = nullptr;
+};
+
 // Loads the unit's beta and g rows and computes gates, M, P (when with_q) and A (when
 // with_inverse: the backward's adjoint reads it, Dm does not); KDA also Qg (when with_q), Kg, Kl.
 // GDA stores no row-scaled copies: its products take Q, K and fold each token's factor (e_r or
-// f_r) in as they run (RowScales in gemm.h). planned_gam:
-// the unit's prefix sums of the chunk's gates as ChunkPlanner::next_end kept them (L x gw, the
-// g rows are then not read), or nullptr.
+// f_r) in as they run (RowScales in gemm.h). With known gates the g rows are not read.
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
-                        bool with_q, bool with_inverse, const double *planned_gam, ChunkScratch &w);
+                        bool with_q, bool with_inverse, KnownGates known, ChunkScratch &w);
 
 // Dm of the unit's chunk (prepare_unit_chunk done) from its entry state s0, and Z = R - M Dm
 // (row r: token r's prediction error v_r - S_{r-1}^T k_r, the state decayed to r; Dm =
@@ -134,8 +140,8 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 // chunk's rows of the strided q/k/v views are each a page apart.
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats);
 // The rows chunk_deltas and prepare_unit_chunk read for tokens [t_begin, t_end) of the unit: v
-// (nullptr: none), g and beta (a KDA gate row is Sk floats, a token stride from the next one).
-void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
+// and g (nullptr: none; a KDA gate row is Sk floats, a token stride from the next one) and beta.
+void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
                         int64_t t_begin, int64_t t_end);
 
 // C = alpha T B + c_scale C for an L x L triangle T (read through a Mat view, so T may be the

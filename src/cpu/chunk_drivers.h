@@ -102,9 +102,10 @@ struct BackwardWork {
 // of the segment, the group schedule (one per worker) neither.
 struct GroupBackward {
     int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0;
-    int64_t spares = 1, slot_floats = 0, tokens = 0, Sv = 0;
+    int64_t spares = 1, slot_floats = 0, tokens = 0, Sv = 0, Sk = 0;
     std::vector<float> checkpoints;  // units x segments x area
     std::vector<float> kept_z;       // units x tokens x Sv: the chunks' Z (when C <= Sk, else empty)
+    std::vector<float> kept_e;       // KDA: units x tokens x Sk, the chunks' exp(gam) (as kept_z)
     std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
     // dL/dS at each unit's current chunk end, and spares for the next (one shared by the units of
     // the group schedule, one per unit in the split one): (units + spares) x area, carry_slab

@@ -48,10 +48,10 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
         prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
         for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
-            prefetch_unit_rows(a.v, *a.g, *a.beta, d, unit, t1, next_end);
+            prefetch_unit_rows(a.v, a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
-            const double *planned_gam = kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr;
-            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, planned_gam, c);
+            const KnownGates known{kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr, nullptr};
+            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, known, c);
             chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows

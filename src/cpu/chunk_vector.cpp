@@ -62,15 +62,17 @@ GDN_VECTORIZED void exp_to_float(const double *x, float *y, int64_t n) {
 
 namespace {
 
-// One row of kda_gated_rows (restrict parameters, so that the loop vectorises without checks).
+// One row of kda_gated_rows (restrict parameters, so that the loop vectorises without checks);
+// without kExp, e holds the row's factors already.
+template <bool kExp>
 inline __attribute__((always_inline)) void kda_gated_row(int64_t n, const double *__restrict gam,
                                                          const float *__restrict gl, const float *__restrict k,
                                                          float *__restrict e, float *__restrict einv,
                                                          float *__restrict f, float *__restrict kg,
                                                          float *__restrict kl, float *__restrict kinv) {
     for (int64_t i = 0; i < n; ++i) {
-        const float x = exp_one(gam[i]), inverse = 1.0f / x, tail = gl[i] * inverse;
-        e[i] = x;
+        const float x = kExp ? exp_one(gam[i]) : e[i], inverse = 1.0f / x, tail = gl[i] * inverse;
+        if (kExp) e[i] = x;
         einv[i] = inverse;
         f[i] = tail;
         kg[i] = k[i] * x;
@@ -85,8 +87,12 @@ GDN_VECTORIZED void kda_gated_rows(int64_t L, int64_t n, const double *gam, cons
                                    const float *k, const KdaGated &out) {
     for (int64_t r = 0; r < L; ++r) {
         const int64_t row = r * n;
-        kda_gated_row(n, gam + row, gl, k + row, out.e + row, out.einv + row, out.f + row, out.kg + row, out.kl + row,
-                      out.kinv + row);
+        if (gam != nullptr)
+            kda_gated_row<true>(n, gam + row, gl, k + row, out.e + row, out.einv + row, out.f + row, out.kg + row,
+                                out.kl + row, out.kinv + row);
+        else
+            kda_gated_row<false>(n, nullptr, gl, k + row, out.e + row, out.einv + row, out.f + row, out.kg + row,
+                                 out.kl + row, out.kinv + row);
     }
     if (q != nullptr) scale_rows(q, out.e, L, n, n, out.qg);
 }

@@ -44,7 +44,8 @@ void exp_to_float(const double *x, float *y, int64_t n);
 // The row-scaled operands of a KDA chunk of L > 1 rows (all L x n), in one pass over the rows with
 // every factor used where it is made: e = exp(gam) as exp_to_float rounds it, einv = 1 / e,
 // f = gl o einv (gl: n floats, exp(gam_L)), qg = q o e (q nullptr: qg not written), kg = k o e,
-// kl = k o f, kinv = k o einv; the same bits as those steps one after another.
+// kl = k o f, kinv = k o einv; the same bits as those steps one after another. gam nullptr: out.e
+// holds e already (kept from an earlier pass over the chunk) and is read, not written.
 struct KdaGated {
     float *e, *einv, *f, *qg, *kg, *kl, *kinv;
 };
