@@ -192,27 +192,34 @@ uint64_t workspace_after(const Case &c, int chunk) {
 
 TEST(CpuWorkspace, GrowsWithTokensOverChunkNotTokensTimesState) {
     // One unit, Sk = Sv = 64, chunks of 32, 64 and 128 tokens and the backend's default (0: at
-    // least 32). Doubling T from 1024 to 2048 may add, per extra token, one chunk-plan entry (8
-    // bytes) and, in the backward, one row of kept prediction errors Z (Sv floats; kept only where
-    // a chunk's Z is at most a state, C <= Sk, so not at 128), and per extra chunk one
+    // least 32), scalar and per-channel (KDA) gates. Doubling T from 1024 to 2048 may add, per
+    // extra token, one chunk-plan entry (8 bytes) and, in the backward, one row of kept prediction
+    // errors Z (Sv floats) and for KDA one row of kept gate factors e (Sk floats; both kept only
+    // where a chunk's Z is at most a state, C <= Sk, so not at 128), and per extra chunk one
     // checkpointed state (backward only): nothing that scales with T * Sk * Sv. Storing every
-    // state at T = 2048 would take 32 MiB; the whole workspace must stay under 1/16 of that.
+    // state at T = 2048 would take 32 MiB; the whole workspace must stay under 1/16 of that, 1/12
+    // for KDA (at C = 32 a token's kept share is 1/32 of a state in checkpoints and 1/64 each in
+    // Z and e: 1/16 before the chunk's buffers).
     const uint64_t state_bytes = 64 * 64 * sizeof(float), z_row_bytes = 64 * sizeof(float);
-    for (int chunk : {32, 64, 128, 0})
-        for (Op op : {Op::Forward, Op::Backward}) {
-            SCOPED_TRACE((op == Op::Forward ? "forward, chunk " : "backward, chunk ") + std::to_string(chunk));
-            auto workspace_at = [&](int64_t T) {
-                return workspace_after(shape_case(op, false, Gate::Mild, {64, 64, 1, 1, T, 1, 1, 1}), chunk);
-            };
-            const uint64_t small = workspace_at(1024), large = workspace_at(2048);
-            const bool backward = op == Op::Backward, kept_z = backward && chunk <= 64;  // default: 64 at most
-            const uint64_t extra_chunks = 1024 / (chunk > 0 ? chunk : 32);
-            const uint64_t allowed =
-                1024 * (sizeof(int64_t) + (kept_z ? z_row_bytes : 0)) + (backward ? extra_chunks * state_bytes : 0);
-            EXPECT_GT(small, 0u);
-            EXPECT_LE(large - small, allowed);
-            EXPECT_LE(large, 2048 * state_bytes / 16);
-        }
+    const uint64_t e_row_bytes = 64 * sizeof(float);
+    for (bool kda : {false, true})
+        for (int chunk : {32, 64, 128, 0})
+            for (Op op : {Op::Forward, Op::Backward}) {
+                SCOPED_TRACE((op == Op::Forward ? "forward, chunk " : "backward, chunk ") + std::to_string(chunk) +
+                             (kda ? ", KDA" : ""));
+                auto workspace_at = [&](int64_t T) {
+                    return workspace_after(shape_case(op, kda, Gate::Mild, {64, 64, 1, 1, T, 1, 1, 1}), chunk);
+                };
+                const uint64_t small = workspace_at(1024), large = workspace_at(2048);
+                const bool backward = op == Op::Backward, kept = backward && chunk <= 64;  // default: 64 at most
+                const uint64_t extra_chunks = 1024 / (chunk > 0 ? chunk : 32);
+                const uint64_t row_bytes = kept ? z_row_bytes + (kda ? e_row_bytes : 0) : 0;
+                const uint64_t allowed =
+                    1024 * (sizeof(int64_t) + row_bytes) + (backward ? extra_chunks * state_bytes : 0);
+                EXPECT_GT(small, 0u);
+                EXPECT_LE(large - small, allowed);
+                EXPECT_LE(large, 2048 * state_bytes / (kda ? 12 : 16));
+            }
 }
 
 TEST(CpuNumerics, MinusInfinityGatesStayFinite) {
