@@ -60,15 +60,24 @@ int64_t start_of(const std::vector<int64_t> &ends, int64_t ci) { return ci ? end
 
 float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoints.data() + (u * g.segments + seg) * g.area; }
 
-// Unit u's kept Z (and KDA's e) of chunk ci (nullptr: not kept). The last chunk's are not: the
-// forward pass would prepare that chunk only to solve it, and the reverse walk prepares it anyway.
+// Unit u's kept rows (units x tokens x width) of chunk ci: its Z (width Sv) or KDA's e (width
+// Sk); nullptr where none are kept. The last chunk's are not: the forward pass would prepare that
+// chunk only to solve it, and the reverse walk prepares it anyway.
+float *kept_rows_of(std::vector<float> &kept, int64_t width, const GroupBackward &g, const std::vector<int64_t> &ends,
+                    int64_t u, int64_t ci) {
+    if (kept.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
+    return kept.data() + (u * g.tokens + start_of(ends, ci)) * width;
+}
 float *kept_z_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
-    if (g.kept_z.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
-    return g.kept_z.data() + (u * g.tokens + start_of(ends, ci)) * g.Sv;
+    return kept_rows_of(g.kept_z, g.Sv, g, ends, u, ci);
 }
 float *kept_e_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
-    if (g.kept_e.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
-    return g.kept_e.data() + (u * g.tokens + start_of(ends, ci)) * g.Sk;
+    return kept_rows_of(g.kept_e, g.Sk, g, ends, u, ci);
+}
+// Whether chunk ci's gates will be taken from a kept e (prepare_unit_chunk does for L > 1), so
+// that its gate rows need not be asked for.
+bool gates_kept(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
+    return ends[ci] - start_of(ends, ci) > 1 && kept_e_of(g, ends, u, ci) != nullptr;
 }
 
 // Entry state of chunk c0 + j of segment seg: the checkpoint, then replayed states.
@@ -92,22 +101,23 @@ Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
 }
 
 // One chunk forward of unit u (the group's chunk and K K^T loaded): s_next = the state after the
-// chunk from s. The forward pass solves for Dm and keeps the chunk's Z where kept_z_of has room
-// (replay = false); the replay takes Dm from that Z (replay = true).
+// chunk from s. The forward pass solves for Dm and keeps the chunk's Z (and KDA's e) where
+// kept_z_of (kept_e_of) has room (replay = false); the replay takes Dm from that Z and the gates
+// from that e (replay = true).
 void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq, int64_t kh,
                    int64_t u, const float *s, float *s_next, bool replay, GroupBackward &g, ChunkScratch &c) {
     const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
-    float *kept = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
+    float *kept_z = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
     if (ci + 1 < static_cast<int64_t>(ends.size())) {
-        const bool next_e_kept = replay && kept_e_of(g, ends, u, ci + 1) != nullptr;
-        prefetch_unit_rows(replay && kept ? nullptr : a.v, next_e_kept ? nullptr : a.g, *a.beta, a.dims, unit, t1,
+        const bool next_gates_kept = replay && gates_kept(g, ends, u, ci + 1);
+        prefetch_unit_rows(replay && kept_z ? nullptr : a.v, next_gates_kept ? nullptr : a.g, *a.beta, a.dims, unit, t1,
                            ends[ci + 1]);
     }
     prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
-    const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept : nullptr, c);
-    if (!replay && kept) std::memcpy(kept, z, sizeof(float) * L * g.Sv);
-    if (!replay && kept_e) std::memcpy(kept_e, c.e.data(), sizeof(float) * L * g.Sk);
+    const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept_z : nullptr, c);
+    if (!replay && kept_z) std::memcpy(kept_z, z, sizeof(float) * L * g.Sv);
+    if (!replay && kept_e) std::memcpy(kept_e, c.e.data(), sizeof(float) * L * c.gw);
     advance_state(s, s_next, L, c);
 }
 
@@ -131,9 +141,9 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
-    const float *kept = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
-    const bool prev_e_kept = ci > 0 && kept_e_of(g, ends, u, ci - 1) != nullptr;
-    prefetch_unit_rows(kept ? nullptr : a.v, prev_e_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0);
+    const float *kept_z = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
+    const bool prev_gates_kept = ci > 0 && gates_kept(g, ends, u, ci - 1);
+    prefetch_unit_rows(kept_z ? nullptr : a.v, prev_gates_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0);
     prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
@@ -142,7 +152,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
         load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
         axpy(1.0f, w.d_state.data(), dsl, g.area);
     }
-    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept, kept_e, dsl, ds0, w);
+    const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept_z, kept_e, dsl, ds0, w);
     std::swap(current, spare);
     return p;
 }

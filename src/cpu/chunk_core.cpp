@@ -118,25 +118,23 @@ namespace {
 void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool with_q, KnownGates known,
                    ChunkScratch &w) {
     const int64_t gw = w.gw;
-    if (w.kda && L > 1 && known.e != nullptr) {
-        // exp(gam_L) is the last row of e: the same exp of the same sum.
-        std::copy_n(known.e, L * gw, w.e.data());
-        std::copy_n(known.e + (L - 1) * gw, gw, w.gl.data());
-        kda_gated_rows(L, gw, nullptr, w.gl.data(), with_q ? w.q() : nullptr, w.k(L),
-                       KdaGated{w.e.data(), w.einv.data(), w.f.data(), w.qg(), w.kg(L), w.kl.data(), w.kinv.data()});
-        return;
-    }
+    const bool kept_e = w.kda && L > 1 && known.e != nullptr;
     const double *gam = known.gam;
-    if (gam == nullptr) {
-        for (int64_t r = 0; r < L; ++r) {
-            if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
-            add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw, gw);
+    if (kept_e) {
+        // e as an earlier pass over the chunk made it; exp(gam_L) is its last row.
+        std::copy_n(known.e, (L - 1) * gw, w.e.data());
+        std::copy_n(known.e + (L - 1) * gw, gw, w.gl.data());
+    } else {
+        if (gam == nullptr) {
+            for (int64_t r = 0; r < L; ++r) {
+                if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
+                add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw,
+                          gw);
+            }
+            gam = w.gam.data();
         }
-        gam = w.gam.data();
+        exp_to_float(gam + (L - 1) * gw, w.gl.data(), gw);
     }
-    const double *gam_last = gam + (L - 1) * gw;
-    double *arg = w.exp_arg.data();
-    exp_to_float(gam_last, w.gl.data(), gw);
     // KDA: exp(gam_r - gam_s) = exp(gam_r) * exp(-gam_s) per channel. chunk_plan keeps every
     // channel's prefix sums and the 0 they start from within a span of 60 inside a chunk of more
     // than one token, so |gam| <= 60, exp(gam) is a normal float and exp(-gam) = 1 / exp(gam) is
@@ -144,10 +142,12 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool
     // factors and the rows they scale are made in one pass (the separate passes were a tenth of
     // the KDA forward's time).
     if (w.kda && L > 1) {
-        kda_gated_rows(L, gw, gam, w.gl.data(), with_q ? w.q() : nullptr, w.k(L),
+        kda_gated_rows(L, gw, kept_e ? nullptr : gam, w.gl.data(), with_q ? w.q() : nullptr, w.k(L),
                        KdaGated{w.e.data(), w.einv.data(), w.f.data(), w.qg(), w.kg(L), w.kl.data(), w.kinv.data()});
         return;
     }
+    const double *gam_last = gam + (L - 1) * gw;
+    double *arg = w.exp_arg.data();
     // GDA, and a KDA chunk of one token (f = exp(0) = 1, and no Kinv: M and P have no pairs).
     // GDA: one exp per pair and per row, so that no entry's bits depend on another token's gate
     // (a +Inf gate at token t leaves earlier tokens exact).

@@ -118,9 +118,10 @@ struct KnownGates {
 };
 
 // Loads the unit's beta and g rows and computes gates, M, P (when with_q) and A (when
-// with_inverse: the backward's adjoint reads it, Dm does not); KDA also Qg (when with_q), Kg, Kl.
-// GDA stores no row-scaled copies: its products take Q, K and fold each token's factor (e_r or
-// f_r) in as they run (RowScales in gemm.h). With known gates the g rows are not read.
+// with_inverse: the backward's adjoint reads it, Dm does not); KDA also Qg (when with_q), Kg, Kl
+// and Kinv (chunks of L > 1). GDA stores no row-scaled copies: its products take Q, K and fold
+// each token's factor (e_r or f_r) in as they run (RowScales in gemm.h). The g rows are not read
+// with known.gam, nor with known.e for a KDA chunk of L > 1.
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
                         bool with_q, bool with_inverse, KnownGates known, ChunkScratch &w);
 

@@ -85,9 +85,10 @@ inline __attribute__((always_inline)) void kda_gated_row(int64_t n, const double
 
 GDN_VECTORIZED void kda_gated_rows(int64_t L, int64_t n, const double *gam, const float *gl, const float *q,
                                    const float *k, const KdaGated &out) {
+    for (int64_t i = 0; i < n; ++i) out.e[(L - 1) * n + i] = gl[i];  // exp(gam_L), the same bits by construction
     for (int64_t r = 0; r < L; ++r) {
         const int64_t row = r * n;
-        if (gam != nullptr)
+        if (gam != nullptr && r + 1 < L)
             kda_gated_row<true>(n, gam + row, gl, k + row, out.e + row, out.einv + row, out.f + row, out.kg + row,
                                 out.kl + row, out.kinv + row);
         else

@@ -41,11 +41,13 @@ void add_product(const float *x, const float *z, float *y, int64_t n);
 // -104, inf above 89, NaN stays NaN.
 void exp_to_float(const double *x, float *y, int64_t n);
 
-// The row-scaled operands of a KDA chunk of L > 1 rows (all L x n), in one pass over the rows with
-// every factor used where it is made: e = exp(gam) as exp_to_float rounds it, einv = 1 / e,
-// f = gl o einv (gl: n floats, exp(gam_L)), qg = q o e (q nullptr: qg not written), kg = k o e,
-// kl = k o f, kinv = k o einv; the same bits as those steps one after another. gam nullptr: out.e
-// holds e already (kept from an earlier pass over the chunk) and is read, not written.
+// The row-scaled operands of a KDA chunk (all L x n; the chunk math calls it for L > 1), in one
+// pass over the rows with every factor used where it is made: e = exp(gam) as exp_to_float rounds
+// it, einv = 1 / e, f = gl o einv, qg = q o e (q nullptr: qg not written), kg = k o e, kl = k o f,
+// kinv = k o einv; the same bits as those steps one after another. gl (n floats) is exp(gam_L) as
+// the caller made it, and is e's last row (copied there), so the two are one value by
+// construction; rows 0 .. L-2 of e come from gam, or, with gam nullptr, are in out.e already (kept
+// from an earlier pass over the chunk) and are read, not written.
 struct KdaGated {
     float *e, *einv, *f, *qg, *kg, *kl, *kinv;
 };

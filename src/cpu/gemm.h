@@ -35,7 +35,9 @@ struct RowScales {
 
 // C[m x n] (leading dimension ldc) = alpha * diag(c_rows) A[m x k] diag(b_rows) B[k x n]
 //                                    + c_scale * diag(c_in) C;
-// C is not read when c_scale is 0 (so true / false read as accumulate / overwrite).
+// C is not read when c_scale is 0 (so true / false read as accumulate / overwrite); a c_in
+// factor of 0 still reads its row (0 times an Inf or NaN is NaN). c_scale * c_in[r] is rounded
+// once before it multiplies the row (exact for c_scale = 1, as the chunk math calls it).
 // pack: at least gemm_pack_floats(k) floats of scratch.
 void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
           float *pack, RowScales scales = {});

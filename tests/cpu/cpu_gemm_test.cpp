@@ -114,6 +114,35 @@ TEST(CpuGemm, FoldsRowFactorsIntoTheProduct) {
     ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
 }
 
+// A row factor of 0 on the added C (c_in) multiplies the row, it does not skip it: an Inf there
+// becomes NaN (0 * Inf), as a scaling pass of its own would make it, on full and partial panels
+// and with k = 0; only c_scale = 0 leaves C unread.
+TEST(CpuGemm, ZeroRowFactorOfTheAddedCStillReadsIt) {
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        for (int n : {33, 64})
+            for (int k : {0, 6})
+                for (float c_scale : {1.0f, 0.0f}) {
+                    const int m = 7;
+                    std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n, 1.0f), c_in(m, 1.0f),
+                        pack(gdn::cpu::gemm_pack_floats(k));
+                    std::fill(c.begin() + 2 * n, c.begin() + 3 * n, INFINITY);
+                    c_in[2] = 0.0f;
+                    gdn::cpu::gemm(m, n, k, 1.0f, gdn::cpu::rows(a.data(), k), gdn::cpu::rows(b.data(), n), c_scale, c.data(),
+                                   n, pack.data(), {nullptr, nullptr, c_in.data()});
+                    for (int i = 0; i < m; ++i)
+                        for (int j = 0; j < n; ++j) {
+                            const float want = 0.125f * k + (c_scale != 0.0f && i != 2 ? 1.0f : 0.0f);
+                            if (i == 2 && c_scale != 0.0f)
+                                ASSERT_TRUE(std::isnan(c[i * n + j])) << isa << " n=" << n << " k=" << k << " j=" << j;
+                            else
+                                ASSERT_EQ(c[i * n + j], want) << isa << " n=" << n << " k=" << k << " i=" << i << " j=" << j;
+                        }
+                }
+    }
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
+}
+
 // Each entry of C is the same sum in the same order whoever computes it, so a product equals,
 // bit for bit, the same product taken a few rows at a time: tall products pack B's panels (many
 // row tiles read them), short ones read B in place, over a B whose rows are a power of two apart
