@@ -160,10 +160,6 @@ GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride
     }
 }
 
-GDN_VECTORIZED void reciprocal(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / x[i];
-}
-
 GDN_VECTORIZED void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out) {
     for (int64_t r = 0; r < L; ++r) {
         const float *gr = gram + r * L, *dr = decay + r * L;

@@ -22,8 +22,6 @@ void axpy(float alpha, const float *x, float *y, int64_t n);
 // across them.
 void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x, int64_t ldx,
               float *y, int64_t n);
-// y = 1 / x (correctly rounded division: the same bits on every ISA).
-void reciprocal(const float *x, float *y, int64_t n);
 // out_rs = gram_rs * decay_rs below the diagonal of an L x L matrix, out_rr = gram_rr when
 // with_diagonal (else 0), 0 above.
 void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out);

@@ -109,17 +109,46 @@ TEST(CpuVector, TrianglesTakeOnlyTheirOwnEntries) {
 }
 
 // KDA takes exp(-gam) as 1 / exp(gam) for |gam| <= 60 (chunk_plan's span limit): within 1.5 ulp
-// of the rounded exp(-gam) (the exp is within 1 ulp, the division adds half of one).
+// of the rounded exp(-gam) (the exp is within 1 ulp, the division adds half of one). The factors
+// come from kda_gated_rows, which must give the bits of its steps taken one after another (exp,
+// division, gL / e, the four row scalings), from the prefix sums or from a kept e alike.
 TEST(CpuVector, ReciprocalOfExpIsWithinOneAndAHalfUlpOfExpOfMinusX) {
+    constexpr int64_t width = 120;  // channels per row
     std::vector<double> x, minus_x;
     for (double v = -gdn::cpu::kda_span_limit; v <= gdn::cpu::kda_span_limit; v += 0.0137) {
         x.push_back(v);
         minus_x.push_back(-v);
     }
-    const int64_t n = static_cast<int64_t>(x.size());
-    std::vector<float> e(n), inv(n);
+    const int64_t rows = static_cast<int64_t>(x.size()) / width, n = rows * width;
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> q(n), k(n), gl(width), e(n);
+    for (float &v : q) v = u(rng);
+    for (float &v : k) v = u(rng);
     gdn::cpu::exp_to_float(x.data(), e.data(), n);
-    gdn::cpu::reciprocal(e.data(), inv.data(), n);
+    gdn::cpu::exp_to_float(x.data() + (rows - 1) * width, gl.data(), width);
+    struct Out {
+        std::vector<float> e, einv, f, qg, kg, kl, kinv;
+        explicit Out(int64_t n) : e(n), einv(n), f(n), qg(n), kg(n), kl(n), kinv(n) {}
+        gdn::cpu::KdaGated view() { return {e.data(), einv.data(), f.data(), qg.data(), kg.data(), kl.data(), kinv.data()}; }
+    } made(n), from_kept(n);
+    gdn::cpu::kda_gated_rows(rows, width, x.data(), gl.data(), q.data(), k.data(), made.view());
+    from_kept.e = e;
+    gdn::cpu::kda_gated_rows(rows, width, nullptr, gl.data(), q.data(), k.data(), from_kept.view());
+    for (int64_t i = 0; i < n; ++i) {
+        const float inverse = 1.0f / e[i], tail = gl[i % width] * inverse;
+        ASSERT_EQ(made.e[i], e[i]) << i;
+        ASSERT_EQ(made.einv[i], inverse) << i;
+        ASSERT_EQ(made.f[i], tail) << i;
+        ASSERT_EQ(made.qg[i], q[i] * e[i]) << i;
+        ASSERT_EQ(made.kg[i], k[i] * e[i]) << i;
+        ASSERT_EQ(made.kl[i], k[i] * tail) << i;
+        ASSERT_EQ(made.kinv[i], k[i] * inverse) << i;
+        using Field = std::vector<float> Out::*;
+        for (Field field : {&Out::einv, &Out::f, &Out::qg, &Out::kg, &Out::kl, &Out::kinv})
+            ASSERT_EQ((made.*field)[i], (from_kept.*field)[i]) << i;
+    }
+    const std::vector<float> &inv = made.einv;
     for (int64_t i = 0; i < n; ++i) {
         ASSERT_TRUE(std::isnormal(inv[i])) << "x = " << x[i];
         const double want = std::exp(minus_x[i]);
