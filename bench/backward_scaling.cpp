@@ -9,13 +9,15 @@
 // pool's schedule over those times (items in decreasing weight, each to the first free worker,
 // as ThreadPool::run_weighted):
 //   group:  the group schedule, Hk B = 16 items, each a group's backward_group
+//   tail:   the group schedule with a tail (backward_tail_groups): the last `threads` groups'
+//           forward passes per unit after the other groups, then their reverse walks
 //   split:  rounds over Hv B = 48 units (forward pass, then per segment units then groups),
 //           a barrier after each round
-//   chosen: what the backend runs at that thread count (split_backward_units)
+//   chosen: what the backend runs at that thread count (split_backward_units, then the tail)
 // and prints the makespan, the speedup over the group schedule on one thread, and the load
 // balance: makespan over the mean work per thread (for the group schedule max over mean busy
-// time; for rounds it also counts the waits at the barriers). Then runs both schedules for real on --threads workers,
-// alternately, and prints their median wall times and workspace.
+// time; for rounds it also counts the waits at the barriers). Then runs the three schedules for real on --threads
+// workers, alternately, and prints their median wall times and workspace.
 //
 //   backward_scaling [--tokens=4096] [--passes=3] [--threads=2] [--repeat=5]
 //
@@ -54,6 +56,7 @@ double makespan(const std::vector<double> &items, int threads, std::vector<doubl
 
 struct Measured {
     std::vector<double> group;                           // per group: backward_group (the group schedule)
+    std::vector<double> walk;                            // per group: the reverse walk part of it
     std::vector<double> gram, checkpoints;               // per group (the last segment's); per (group, unit)
     std::vector<std::vector<double>> units, reduce;      // per round: per (group, unit); per group (+ next grams)
     double total() const {  // of the split schedule's steps
@@ -88,8 +91,12 @@ Measured measure(const Setup &s, cpu::GroupBackward &g_group, cpu::GroupBackward
         const int64_t bq = gi / d.Hk, kh = gi % d.Hk;
         const std::vector<int64_t> &ends = s.plans[gi];
         Clock::time_point t = Clock::now();
-        cpu::backward_group(a, bq, kh, ends, g_group, w);
-        m.group.push_back(seconds_since(t));
+        cpu::backward_checkpoints(a, bq, kh, ends, {0, s.units}, g_group, w);  // backward_group in its two parts
+        const double forward_pass = seconds_since(t);
+        t = Clock::now();
+        cpu::backward_reverse_walk(a, bq, kh, ends, g_group, w);
+        m.walk.push_back(seconds_since(t));
+        m.group.push_back(forward_pass + m.walk.back());
         for (int64_t u = 0; u < s.units; ++u) {
             t = Clock::now();
             cpu::backward_checkpoints(a, bq, kh, ends, {u, u + 1}, g, w);
@@ -128,6 +135,19 @@ Modelled group_schedule(const Measured &m, int threads) {
     std::vector<double> busy;
     const double span = makespan(m.group, threads, busy);
     return {span, span / (sum(m.group) / threads)};
+}
+
+// The whole groups, then the tail's forward passes unit by unit (lighter: the pool hands them out
+// after), a wait for all, then the tail's reverse walks.
+Modelled tail_schedule(const Measured &m, int threads) {
+    const int64_t groups = static_cast<int64_t>(m.group.size()), tail = cpu::backward_tail_groups(groups, threads);
+    if (tail == 0) return group_schedule(m, threads);
+    const int64_t head = groups - tail, units = static_cast<int64_t>(m.checkpoints.size()) / groups;
+    std::vector<double> first(m.group.begin(), m.group.begin() + head), walks(m.walk.begin() + head, m.walk.end());
+    first.insert(first.end(), m.checkpoints.begin() + head * units, m.checkpoints.end());
+    std::vector<double> busy;
+    const double span = makespan(first, threads, busy) + makespan(walks, threads, busy);
+    return {span, span / ((sum(first) + sum(walks)) / threads)};
 }
 
 Modelled split_schedule(const Measured &m, int threads) {
@@ -196,6 +216,7 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < best.size(); ++i) best[i] = std::min(best[i], t[i]);
         };
         keep_min(m.group, again.group);
+        keep_min(m.walk, again.walk);
         keep_min(m.gram, again.gram);
         keep_min(m.checkpoints, again.checkpoints);
         for (size_t r = 0; r < m.units.size(); ++r) {
@@ -218,23 +239,27 @@ int main(int argc, char **argv) {
                 1e3 * units_total / (s.layout.segments * s.groups * s.units), 1e3 * reduce_total / (s.layout.segments * s.groups));
 
     const double one = sum(m.group);  // speedups are over the group schedule on one thread
-    std::printf("| threads | group: ms | speedup | balance | split: ms | speedup | balance | backend runs | speedup |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
-    for (int threads : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128}) {
-        const Modelled g = group_schedule(m, threads), sp = split_schedule(m, threads);
+    std::printf("| threads | group: ms | speedup | balance | tail: ms | speedup | balance | split: ms | speedup | balance "
+                "| backend runs | speedup |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+    for (int threads : {1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 96, 128}) {
+        const Modelled g = group_schedule(m, threads), tl = tail_schedule(m, threads), sp = split_schedule(m, threads);
         const bool split = cpu::split_backward_units(s.groups, s.units, threads);
-        const double chosen = split ? sp.makespan : g.makespan;
-        std::printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %s | %.2f |\n", threads, 1e3 * g.makespan,
-                    one / g.makespan, g.balance, 1e3 * sp.makespan, one / sp.makespan, sp.balance,
-                    split ? "split" : "group", one / chosen);
+        const bool tail = !split && cpu::backward_tail_groups(s.groups, threads) > 0;
+        const double chosen = split ? sp.makespan : tl.makespan;
+        std::printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %s | %.2f |\n", threads,
+                    1e3 * g.makespan, one / g.makespan, g.balance, 1e3 * tl.makespan, one / tl.makespan, tl.balance,
+                    1e3 * sp.makespan, one / sp.makespan, sp.balance, split ? "split" : tail ? "tail" : "group",
+                    one / chosen);
     }
 
-    // Both schedules for real, alternately.
+    // The three schedules for real, alternately.
     cpu::ThreadPool pool(real_threads);
-    std::vector<cpu::GroupBackward> per_worker(real_threads);
+    const int64_t tail = cpu::backward_tail_groups(s.groups, real_threads);
+    std::vector<cpu::GroupBackward> per_worker(real_threads + tail);
     for (auto &g : per_worker) g.resize(d, s.max_chunk, s.layout, false);
     const cpu::GroupPlans plans = [&](int64_t gi) -> const std::vector<int64_t> & { return s.plans[gi]; };
-    std::vector<double> group_ms, split_ms;
+    std::vector<double> group_ms, tail_ms, split_ms;
     for (int r = 0; r < repeat; ++r) {
         Clock::time_point t = Clock::now();
         pool.run_weighted(std::vector<int64_t>(s.groups, d.T), [&](int64_t gi, int worker) {
@@ -242,19 +267,25 @@ int main(int argc, char **argv) {
         });
         group_ms.push_back(1e3 * seconds_since(t));
         t = Clock::now();
+        if (tail > 0) cpu::backward_with_tail(pool, a, plans, tail, per_worker, work);
+        tail_ms.push_back(1e3 * seconds_since(t));
+        t = Clock::now();
         cpu::backward_in_rounds(pool, a, plans, states, work);
         split_ms.push_back(1e3 * seconds_since(t));
     }
     std::sort(group_ms.begin(), group_ms.end());
+    std::sort(tail_ms.begin(), tail_ms.end());
     std::sort(split_ms.begin(), split_ms.end());
     uint64_t work_bytes = 0, group_bytes = one_group.bytes(), split_bytes = states.front().bytes();
     for (const auto &w : work) work_bytes += w.bytes();
-    std::printf("\n%d threads, %d runs each, alternately: group schedule median %.1f ms (min %.1f), split %.1f ms (min %.1f)\n",
-                real_threads, repeat, group_ms[group_ms.size() / 2], group_ms.front(), split_ms[split_ms.size() / 2],
-                split_ms.front());
-    std::printf("workspace: group schedule %.1f MiB per worker (%.1f), split %.1f MiB per group (%.1f), plus %.1f MiB "
-                "of per-worker scratch\n",
-                group_bytes / 1048576.0, real_threads * group_bytes / 1048576.0, split_bytes / 1048576.0,
+    std::printf("\n%d threads, %d runs each, alternately: group schedule median %.1f ms (min %.1f), with a tail of %lld "
+                "groups %.1f ms (min %.1f), split %.1f ms (min %.1f)\n",
+                real_threads, repeat, group_ms[group_ms.size() / 2], group_ms.front(), (long long)tail,
+                tail_ms[tail_ms.size() / 2], tail_ms.front(), split_ms[split_ms.size() / 2], split_ms.front());
+    std::printf("workspace: group schedule %.1f MiB per worker (%.1f; with the tail %.1f), split %.1f MiB per group "
+                "(%.1f), plus %.1f MiB of per-worker scratch\n",
+                group_bytes / 1048576.0, real_threads * group_bytes / 1048576.0,
+                (real_threads + tail) * group_bytes / 1048576.0, split_bytes / 1048576.0,
                 s.groups * split_bytes / 1048576.0, work_bytes / 1048576.0);
     return 0;
 }

@@ -59,4 +59,26 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
     }
 }
 
+void backward_with_tail(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans, int64_t tail,
+                        std::vector<GroupBackward> &states, std::vector<BackwardWork> &work) {
+    const Dims &d = a.dims;
+    const int64_t groups = d.Bq * d.Hk, units = units_of(d), head = groups - tail;
+    const int64_t threads = pool.size();
+    auto bq = [&](int64_t g) { return g / d.Hk; };
+    auto kh = [&](int64_t g) { return g % d.Hk; };
+    // Whole groups weigh their units' tokens, a tail unit's forward pass (about a quarter of its
+    // backward) one unit's: the pool runs the whole groups first.
+    std::vector<int64_t> weights(head + tail * units, d.T);
+    std::fill_n(weights.begin(), head, d.T * units);
+    pool.run_weighted(weights, [&](int64_t i, int worker) {
+        if (i < head) return backward_group(a, bq(i), kh(i), plans(i), states[worker], work[worker]);
+        const int64_t t = (i - head) / units, g = head + t, u = (i - head) % units;
+        backward_checkpoints(a, bq(g), kh(g), plans(g), {u, u + 1}, states[threads + t], work[worker]);
+    });
+    pool.run_weighted(std::vector<int64_t>(tail, d.T), [&](int64_t t, int worker) {
+        const int64_t g = head + t;
+        backward_reverse_walk(a, bq(g), kh(g), plans(g), states[threads + t], work[worker]);
+    });
+}
+
 }  // namespace gdn::cpu

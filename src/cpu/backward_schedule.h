@@ -24,6 +24,17 @@ inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
     return groups <= 2 * int64_t(threads) && ceil_div(groups, threads) * units > ceil_div(groups * units, threads);
 }
 
+// The group schedule on more groups than workers: whole groups handed out, the last ones leave
+// workers waiting for the slowest (on a shared host the cores' speeds differ, by a few percent
+// to a third: half a group's time on average). The tail, the last `threads` groups, runs in two
+// steps instead: their forward passes (backward_checkpoints), one item per unit, join the other
+// groups' items, which the pool hands out longest first, so they fill the gaps the whole groups
+// leave; then their reverse walks, one per worker. The same steps and sums as backward_group.
+// Returns the tail's length (0: none; every group whole), the number of extra group states.
+inline int64_t backward_tail_groups(int64_t groups, int threads) {
+    return threads > 1 && groups > threads ? threads : 0;
+}
+
 // Chunk ends of group g = bq * Hk + kh.
 using GroupPlans = std::function<const std::vector<int64_t> &(int64_t group)>;
 
@@ -32,6 +43,11 @@ using GroupPlans = std::function<const std::vector<int64_t> &(int64_t group)>;
 // groups' reductions (each followed by the grams of its group's next segment). states[g]
 // belongs to group g; work[w] to worker w.
 void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans,
+                        std::vector<GroupBackward> &states, std::vector<BackwardWork> &work);
+
+// The group schedule with a tail (backward_tail_groups): states[w] belongs to worker w for the
+// whole groups, states[threads + t] to tail group groups - tail + t; work[w] to worker w.
+void backward_with_tail(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans, int64_t tail,
                         std::vector<GroupBackward> &states, std::vector<BackwardWork> &work);
 
 }  // namespace gdn::cpu

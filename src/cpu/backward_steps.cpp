@@ -3,6 +3,7 @@
 // group's dq, dk go (straight into the accumulators, or into the unit's slot for the reduction).
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "cpu/chunk_backward.h"
 #include "cpu/chunk_vector.h"
@@ -43,7 +44,10 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     kept_e.resize(max_chunk <= d.Sk && !gda ? units * tokens * Sk : 0);
     replay.resize(units * replay_slots * area);
     carries.resize((units + spares) * area);
+    // Any permutation of the slabs will do (each unit's current one is zeroed by the forward
+    // pass); the identity keeps every unit's slabs apart from the start.
     carry_slab.resize(units + spares);
+    std::iota(carry_slab.begin(), carry_slab.end(), int64_t(0));
     gram.resize(split && gda ? chunks_per_segment * 2 * C * C : 0);
     pieces.resize(units * chunks_per_segment * slot_floats);
 }
@@ -186,9 +190,8 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
         float *first = checkpoint(g, u, 0);
         if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
         else std::fill(first, first + g.area, 0.0f);
-        g.carry_slab[u] = u;
-        g.carry_slab[spare_of(g, u)] = spare_of(g, u);
-        std::fill_n(g.carries.begin() + u * g.area, g.area, 0.0f);
+        // Only the unit's own slab: ranges of one group's units may run on several workers at once.
+        std::fill_n(g.carries.begin() + g.carry_slab[u] * g.area, g.area, 0.0f);
     }
     // Within a segment the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
     auto running = [&](int64_t ci, int64_t u) {
@@ -245,12 +248,11 @@ void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, cons
     }
 }
 
-void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
-                    BackwardWork &w) {
+void backward_reverse_walk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                           GroupBackward &g, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
     const UnitRange all{0, g.units};
     const int64_t segments = backward_layout(a.dims, ends, g.C).segments;
-    backward_checkpoints(a, bq, kh, ends, all, g, w);
     for (int64_t seg = segments - 1; seg >= 0; --seg) {
         const Segment s = segment_of(a, ends, seg, g);
         replay_segment(a, bq, kh, ends, all, seg, g, c);
@@ -268,6 +270,12 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
         }
     }
     store_ds0(a, bq, kh, all, g);
+}
+
+void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
+                    BackwardWork &w) {
+    backward_checkpoints(a, bq, kh, ends, {0, g.units}, g, w);
+    backward_reverse_walk(a, bq, kh, ends, g, w);
 }
 
 }  // namespace gdn::cpu

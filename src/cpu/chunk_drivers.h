@@ -136,7 +136,12 @@ void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const 
 void backward_reduce_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                              int64_t seg, GroupBackward &g, BackwardWork &w);
 
-// The group schedule: the whole backward of one group on one worker.
+// The group schedule: the whole backward of one group on one worker, backward_checkpoints over
+// all its units and then backward_reverse_walk. The two may run apart (backward_schedule.h: a
+// call's last groups take their forward pass unit by unit on any worker, then the walk), the
+// walk after every unit's checkpoints, on a GroupBackward sized with split = false.
+void backward_reverse_walk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
+                           GroupBackward &g, BackwardWork &w);
 void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,
                     BackwardWork &w);
 

@@ -5,7 +5,9 @@
 // a fixed order, without atomics, so every thread count gives the same bits. When whole groups
 // would leave threads waiting, the forward cuts groups into slices of units (they are
 // independent; cpu/forward_schedule.h), and the backward runs its per-unit steps in rounds over all groups' units, the
-// per-group sums between them (cpu/backward_schedule.h; the same steps and sums either way).
+// per-group sums between them; with more groups than threads, the last groups' forward passes
+// run unit by unit to fill the gaps the whole groups leave (cpu/backward_schedule.h; the same
+// steps and sums either way).
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
 // so many short sequences fill the gaps the long ones leave, and a chunk never crosses a
@@ -145,10 +147,12 @@ public:
                 widest_layout, cpu::backward_layout(calls[item.call]->dims, plans_[plan_index(item)], max_chunk));
         // One unpacked call whose groups would leave workers idle runs split over its units;
         // packed sequences keep (sequence, group) items, which already fill the workers.
-        const bool split = packed.dims.N == 0 &&
-                           cpu::split_backward_units(static_cast<int64_t>(items_.size()), cpu::units_of(widest), threads);
+        // Otherwise the last groups of one unpacked call run as a tail (backward_tail_groups).
+        const int64_t groups = static_cast<int64_t>(items_.size());
+        const bool split = packed.dims.N == 0 && cpu::split_backward_units(groups, cpu::units_of(widest), threads);
+        const int64_t tail = packed.dims.N == 0 && !split ? cpu::backward_tail_groups(groups, threads) : 0;
         backward_.resize(threads);
-        group_backward_.resize(split ? items_.size() : threads);
+        group_backward_.resize(split ? groups : threads + tail);
         workspace_ = plan_bytes();
         for (auto &w : backward_) {
             w.resize(widest, max_chunk);
@@ -158,10 +162,15 @@ public:
             g.resize(widest, max_chunk, widest_layout, split);
             workspace_ += g.bytes();
         }
+        const cpu::GroupPlans plans = [&](int64_t group) -> const std::vector<int64_t> & {
+            return plans_[plan_of_item_[group]];
+        };
         if (split) {
-            cpu::backward_in_rounds(pool_, *calls.front(), [&](int64_t group) -> const std::vector<int64_t> & {
-                return plans_[plan_of_item_[group]];
-            }, group_backward_, backward_);
+            cpu::backward_in_rounds(pool_, *calls.front(), plans, group_backward_, backward_);
+            return {};
+        }
+        if (tail > 0) {
+            cpu::backward_with_tail(pool_, *calls.front(), plans, tail, group_backward_, backward_);
             return {};
         }
         pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
@@ -363,7 +372,7 @@ private:
     std::vector<cpu::ChunkPlanner> planners_;  // one per worker
     std::vector<cpu::ForwardWork> forward_;
     std::vector<cpu::BackwardWork> backward_;          // per worker
-    std::vector<cpu::GroupBackward> group_backward_;   // per worker (group schedule) or per group (split)
+    std::vector<cpu::GroupBackward> group_backward_;   // per worker (group schedule; then per tail group) or per group (split)
     std::vector<cpu::TokenForwardScratch> token_forward_;
     std::vector<token::BackwardScratch<float, float>> token_backward_;
     uint64_t workspace_ = 0;

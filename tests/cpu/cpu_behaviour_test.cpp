@@ -60,7 +60,8 @@ bool bitwise_equal(const std::vector<std::vector<double>> &a, const std::vector<
 TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
     // 2 q/k sequences x 3 key heads = 6 groups of 2 units: 8 threads leave some idle (the forward
     // cuts every group into slices), 2 and 3 split them evenly, 4 and 5 do not (the forward cuts
-    // the last 2 groups, the last 1); chunked (default) and per-token forms, GDA and KDA, both ops.
+    // the last 2 groups, the last 1; the backward runs the last 2 to 5 groups as a tail, their
+    // forward passes unit by unit); chunked (default) and per-token forms, GDA and KDA, both ops.
     for (bool kda : {false, true})
         for (Op op : {Op::Forward, Op::Backward})
             for (int chunk : {0, 1}) {
@@ -104,13 +105,15 @@ TEST(CpuSchedule, ForwardCutsGroupsOnlyWhereWorkersWouldWait) {
 
 TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
     // 2 q/k sequences x 2 key heads = 4 groups of 3 value heads, 12 units. 1, 2 and 5 threads run
-    // whole groups per worker; 3, 8 and 13 (more threads than units) run the units split over
-    // workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
+    // whole groups per worker (2: the last two as a tail); 3, 8 and 13 (more threads than units) run
+    // the units split over workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
     // snapshots and their d_states; chunk 16 cuts T = 150 into more chunks than checkpoints
     // (segments of 2 chunks, replayed), chunk 0 into chunks of the default length. Then packed
     // sequences.
     for (int threads : {3, 8, 13}) EXPECT_TRUE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
     for (int threads : {1, 2, 5}) EXPECT_FALSE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
+    EXPECT_EQ(gdn::cpu::backward_tail_groups(4, 2), 2);
+    for (int threads : {1, 5}) EXPECT_EQ(gdn::cpu::backward_tail_groups(4, threads), 0) << threads;
     for (bool kda : {false, true})
         for (int chunk : {0, 16})
             for (bool packed : {false, true}) {
