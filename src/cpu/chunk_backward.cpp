@@ -84,7 +84,7 @@ void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardW
 // GDA: the pair terms of the gate gradient (X_rs = dP_rs P_rs + dM_rs M_rs, s < r: dg_t gets
 // the sum over s < t <= r).
 void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
-    const float *P = w.chunk.p.data(), *M = w.chunk.m.data();
+    const float *P = w.chunk.p(), *M = w.chunk.m(L);
     std::vector<double> &acc = w.acc, &pair = w.pair;
     for (int64_t t = L - 1; t >= 1; --t) {
         double total = 0.0;
@@ -128,7 +128,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     float *pack = c.pack.data();
     prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, KnownGates{nullptr, e}, c);
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
-    const float *P = c.p.data(), *A = c.a.data(), *Dm = c.dm.data();
+    const float *P = c.p(), *A = c.a.data(), *Dm = c.dm.data();
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
     const float scale = static_cast<float>(d.scale);

@@ -43,8 +43,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     qkg.resize(kda ? 2 * C * Sk : 0);
     kl.resize(kda ? C * Sk : 0);
     kinv.resize(kda ? C * Sk : 0);
-    p.resize(C * C);
-    m.resize(C * C);
+    pm.resize(2 * C * C);
     a.resize(C * C);
     coef.resize(C * C);
     r.resize(C * Sv);
@@ -54,7 +53,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &p, &m, &a, &coef,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &pm, &a, &coef,
                             &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
@@ -87,14 +86,19 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
     gather_rows(k, kh, t0, L, bq, d.Sk, w.k(L));
 }
 
-void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, float *pack) {
     // Blocks of whole kernel panels, at least 32 columns: 3/4 of the full product's work at
     // L = 64, the full product at L = 32 (on AVX2, blocks of one 16-column panel there measured
-    // 0.96-1.10 of the time: no gain).
+    // 0.96-1.10 of the time: no gain). Block c0 takes rows c0 .. m - 1: below the first L rows,
+    // rows the block's triangle does not need too (m = 2L: the second product's rows above c0).
     const int64_t block = std::max<int64_t>(32, gemm_panel_width());
     for (int64_t c0 = 0; c0 < L; c0 += block)
-        gemm(L - c0, std::min(block, L - c0), n, 1.0f, rows(a + c0 * n, n), transposed(b + c0 * n, n), false,
+        gemm(m - c0, std::min(block, L - c0), n, 1.0f, rows(a + c0 * n, n), transposed(b + c0 * n, n), false,
              c + c0 * L + c0, L, pack);
+}
+
+void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
+    lower_product_rows(L, L, n, a, b, c, pack);
 }
 
 void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out) {
@@ -178,15 +182,16 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool
 void invert_unit_lower(int64_t L, ChunkScratch &w) {
     constexpr int64_t block = 16;
     float *A = w.a.data(), *coef = w.coef.data();
+    const float *M = w.m(L);
     std::fill(A, A + L * L, 0.0f);
     for (int64_t r0 = 0; r0 < L; r0 += block) {
         const int64_t r1 = std::min(L, r0 + block);
         if (r0 > 0) {
             for (int64_t r = r0; r < r1; ++r)
-                for (int64_t s = 0; s < r0; ++s) coef[(r - r0) * r0 + s] = -w.beta[r] * w.m[r * L + s];
+                for (int64_t s = 0; s < r0; ++s) coef[(r - r0) * r0 + s] = -w.beta[r] * M[r * L + s];
             gemm(r1 - r0, r0, r0, 1.0f, rows(coef, r0), rows(A, L), false, A + r0 * L, L, w.pack.data());
         }
-        invert_rows(L, r0, r1, w.beta.data(), w.m.data(), A);
+        invert_rows(L, r0, r1, w.beta.data(), M, A);
     }
 }
 
@@ -202,15 +207,14 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
         std::copy_n(w.e.data(), L, w.e_twice.data() + L);
     }
 
-    float *P = w.p.data(), *M = w.m.data();
+    float *P = w.p(), *M = w.m(L);
     if (!w.kda) {
         decayed_lower(w.kk(L), w.gam_mat.data(), L, false, M);
         if (with_q) decayed_lower(w.qk(), w.gam_mat.data(), L, true, P);
     } else {
-        if (L > 1) {
-            lower_product(L, Sk, w.kg(L), w.kinv.data(), M, w.pack.data());
-            if (with_q) lower_product(L, Sk, w.qg(), w.kinv.data(), P, w.pack.data());
-        }
+        // P and M in one product where both are wanted: Kinv^T is packed once.
+        if (L > 1) lower_product_rows(L, with_q ? 2 * L : L, Sk, with_q ? w.qg() : w.kg(L), w.kinv.data(),
+                                      with_q ? P : M, w.pack.data());
         // Zeros above the diagonal by assignment (lower_product leaves the diagonal blocks' upper
         // parts there, possibly huge), M's diagonal too; P's diagonal exactly q_r . k_r (no gate).
         clear_upper(M, L, true);
@@ -227,7 +231,7 @@ namespace {
 void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
     float *R = w.r.data(), *Dm = w.dm.data();
-    const float *M = w.m.data();
+    const float *M = w.m(L);
     const GatedOperand kg = gated_rows(w, Gated::Kg, L);
     gemm(L, Sv, Sk, -1.0f, kg.a, rows(s0, Sv), true, R, Sv, w.pack.data(), kg.scales);
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}

@@ -47,7 +47,7 @@ struct ChunkScratch {
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
     std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // KDA: L x Sk
-    std::vector<float> p, m;              // L x L
+    std::vector<float> pm;                // 2L x L: P (rows 0..L-1), then M (KDA: one product of [Qg; Kg] and Kinv^T)
     std::vector<float> a, coef;           // L x L: A and the inversion's scratch (the backward's reverse walk only)
     std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas)
     std::vector<float> pack;              // GEMM packing
@@ -59,6 +59,8 @@ struct ChunkScratch {
     float *k(int64_t L) { return qk_rows.data() + L * Sk; }
     const float *qk() const { return gram_view; }
     const float *kk(int64_t L) const { return gram_view + L * L; }
+    float *p() { return pm.data(); }
+    float *m(int64_t L) { return pm.data() + L * L; }
     float *qg() { return qkg.data(); }
     float *kg(int64_t L) { return qkg.data() + L * Sk; }
 };
@@ -100,6 +102,9 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
 // its first column down, so above the diagonal only the diagonal blocks are written (callers
 // must not read there).
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack);
+// The same for m >= L rows of a (L x L blocks of c stacked, each the lower triangle of its rows
+// of a times b^T, e.g. [P; M] = [Qg; Kg] Kinv^T): one product, so b's panels are packed once.
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, float *pack);
 
 // GDA: the gram of the loaded rows into out (2L x L): Q K^T then K K^T, their lower triangles
 // (lower_product); without Q only the K K^T half (rows L .. 2L-1).

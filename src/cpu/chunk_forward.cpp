@@ -59,7 +59,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
                 float *o = w.out_rows.data();
                 const GatedOperand qg = gated_rows(c, Gated::Qg, L);
                 gemm(L, Sv, Sk, scale, qg.a, rows(s, Sv), false, o, Sv, c.pack.data(), qg.scales);
-                trmm(Tri::Lower, L, Sv, scale, rows(c.p.data(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
+                trmm(Tri::Lower, L, Sv, scale, rows(c.p(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
                 store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
                                     token_stride_floats(*a.out));
             }
