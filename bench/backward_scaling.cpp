@@ -16,7 +16,7 @@
 //   chosen: what the backend runs at that thread count (split_backward_units, then the tail)
 // and prints the makespan, the speedup over the group schedule on one thread, and the load
 // balance: makespan over the mean work per thread (for the group schedule max over mean busy
-// time; for rounds it also counts the waits at the barriers). Then runs the three schedules for real on --threads
+// time; for rounds it also counts the waits at the barriers). Then runs the schedules for real on --threads
 // workers, alternately, and prints their median wall times and workspace.
 //
 //   backward_scaling [--tokens=4096] [--passes=3] [--threads=2] [--repeat=5]
@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
                     one / chosen);
     }
 
-    // The three schedules for real, alternately.
+    // The schedules for real, alternately (the tail where --threads do not divide the groups).
     cpu::ThreadPool pool(real_threads);
     const int64_t tail = cpu::backward_tail_groups(s.groups, real_threads);
     std::vector<cpu::GroupBackward> per_worker(real_threads + tail);
@@ -267,21 +267,25 @@ int main(int argc, char **argv) {
         });
         group_ms.push_back(1e3 * seconds_since(t));
         t = Clock::now();
-        if (tail > 0) cpu::backward_with_tail(pool, a, plans, tail, per_worker, work);
-        tail_ms.push_back(1e3 * seconds_since(t));
+        if (tail > 0) {
+            cpu::backward_with_tail(pool, a, plans, tail, per_worker, work);
+            tail_ms.push_back(1e3 * seconds_since(t));
+        }
         t = Clock::now();
         cpu::backward_in_rounds(pool, a, plans, states, work);
         split_ms.push_back(1e3 * seconds_since(t));
     }
     std::sort(group_ms.begin(), group_ms.end());
-    std::sort(tail_ms.begin(), tail_ms.end());
+    std::sort(tail_ms.begin(), tail_ms.end());  // empty without a tail
     std::sort(split_ms.begin(), split_ms.end());
     uint64_t work_bytes = 0, group_bytes = one_group.bytes(), split_bytes = states.front().bytes();
     for (const auto &w : work) work_bytes += w.bytes();
-    std::printf("\n%d threads, %d runs each, alternately: group schedule median %.1f ms (min %.1f), with a tail of %lld "
-                "groups %.1f ms (min %.1f), split %.1f ms (min %.1f)\n",
-                real_threads, repeat, group_ms[group_ms.size() / 2], group_ms.front(), (long long)tail,
-                tail_ms[tail_ms.size() / 2], tail_ms.front(), split_ms[split_ms.size() / 2], split_ms.front());
+    std::printf("\n%d threads, %d runs each, alternately: group schedule median %.1f ms (min %.1f), ", real_threads, repeat,
+                group_ms[group_ms.size() / 2], group_ms.front());
+    if (tail > 0)
+        std::printf("with a tail of %lld groups %.1f ms (min %.1f), ", (long long)tail, tail_ms[tail_ms.size() / 2],
+                    tail_ms.front());
+    std::printf("split %.1f ms (min %.1f)\n", split_ms[split_ms.size() / 2], split_ms.front());
     std::printf("workspace: group schedule %.1f MiB per worker (%.1f; with the tail %.1f), split %.1f MiB per group "
                 "(%.1f), plus %.1f MiB of per-worker scratch\n",
                 group_bytes / 1048576.0, real_threads * group_bytes / 1048576.0,

@@ -24,15 +24,17 @@ inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
     return groups <= 2 * int64_t(threads) && ceil_div(groups, threads) * units > ceil_div(groups * units, threads);
 }
 
-// The group schedule on more groups than workers: whole groups handed out, the last ones leave
-// workers waiting for the slowest (on a shared host the cores' speeds differ, by a few percent
-// to a third: half a group's time on average). The tail, the last `threads` groups, runs in two
-// steps instead: their forward passes (backward_checkpoints), one item per unit, join the other
-// groups' items, which the pool hands out longest first, so they fill the gaps the whole groups
-// leave; then their reverse walks, one per worker. The same steps and sums as backward_group.
-// Returns the tail's length (0: none; every group whole), the number of extra group states.
+// The group schedule on more groups than workers that do not divide them (16 groups on 3, 5, 6
+// or 7): whole groups handed out, the last round leaves workers waiting a whole group's time.
+// There the tail, the last `threads` groups, runs in two steps instead: their forward passes
+// (backward_checkpoints), one item per unit, join the other groups' items, which the pool hands
+// out longest first, so they fill the gaps the whole groups leave; then their reverse walks, one
+// per worker. The same steps and sums as backward_group, on one more group state per worker.
+// Where the workers divide the groups only unequal cores (a shared host) leave waits: about 2%
+// of the time on two, a tail there measured within noise of none (docs/PERF.md), not worth the
+// states. Returns the tail's length (0: none; every group whole).
 inline int64_t backward_tail_groups(int64_t groups, int threads) {
-    return threads > 1 && groups > threads ? threads : 0;
+    return threads > 1 && groups > threads && groups % threads != 0 ? threads : 0;
 }
 
 // Chunk ends of group g = bq * Hk + kh.

@@ -5,9 +5,9 @@
 // a fixed order, without atomics, so every thread count gives the same bits. When whole groups
 // would leave threads waiting, the forward cuts groups into slices of units (they are
 // independent; cpu/forward_schedule.h), and the backward runs its per-unit steps in rounds over all groups' units, the
-// per-group sums between them; with more groups than threads, the last groups' forward passes
-// run unit by unit to fill the gaps the whole groups leave (cpu/backward_schedule.h; the same
-// steps and sums either way).
+// per-group sums between them; with more groups than threads that do not divide them, the
+// last groups' forward passes run unit by unit to fill the gaps the whole groups leave
+// (cpu/backward_schedule.h; the same steps and sums either way).
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
 // so many short sequences fill the gaps the long ones leave, and a chunk never crosses a

@@ -60,8 +60,7 @@ bool bitwise_equal(const std::vector<std::vector<double>> &a, const std::vector<
 TEST(CpuDeterminism, SameBitsForEveryThreadCountAndRun) {
     // 2 q/k sequences x 3 key heads = 6 groups of 2 units: 8 threads leave some idle (the forward
     // cuts every group into slices), 2 and 3 split them evenly, 4 and 5 do not (the forward cuts
-    // the last 2 groups, the last 1; the backward runs the last 2 to 5 groups as a tail, their
-    // forward passes unit by unit); chunked (default) and per-token forms, GDA and KDA, both ops.
+    // the last 2 groups, the last 1); chunked (default) and per-token forms, GDA and KDA, both ops.
     for (bool kda : {false, true})
         for (Op op : {Op::Forward, Op::Backward})
             for (int chunk : {0, 1}) {
@@ -105,15 +104,13 @@ TEST(CpuSchedule, ForwardCutsGroupsOnlyWhereWorkersWouldWait) {
 
 TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
     // 2 q/k sequences x 2 key heads = 4 groups of 3 value heads, 12 units. 1, 2 and 5 threads run
-    // whole groups per worker (2: the last two as a tail); 3, 8 and 13 (more threads than units) run
-    // the units split over workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
+    // whole groups per worker; 3, 8 and 13 (more threads than units) run the units split over
+    // workers in rounds (cpu/backward_schedule.h). Every gradient, ds0 included, with K = 3
     // snapshots and their d_states; chunk 16 cuts T = 150 into more chunks than checkpoints
     // (segments of 2 chunks, replayed), chunk 0 into chunks of the default length. Then packed
     // sequences.
     for (int threads : {3, 8, 13}) EXPECT_TRUE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
     for (int threads : {1, 2, 5}) EXPECT_FALSE(gdn::cpu::split_backward_units(4, 3, threads)) << threads;
-    EXPECT_EQ(gdn::cpu::backward_tail_groups(4, 2), 2);
-    for (int threads : {1, 5}) EXPECT_EQ(gdn::cpu::backward_tail_groups(4, threads), 0) << threads;
     for (bool kda : {false, true})
         for (int chunk : {0, 16})
             for (bool packed : {false, true}) {
@@ -125,6 +122,28 @@ TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
                 for (int threads : {2, 3, 5, 8, 13})
                     EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
             }
+}
+
+TEST(CpuDeterminism, BackwardTailSameBitsForEveryThreadCount) {
+    // 7 key heads = 7 groups of 2 value heads: 2, 3 and 4 threads do not divide them, so the last
+    // 2, 3, 4 groups run as a tail (forward passes unit by unit, then the reverse walks); 7 threads
+    // run one group each. K = 3 snapshots; chunk 16 replays segments of 2 chunks.
+    for (int threads : {2, 3, 4}) {
+        EXPECT_FALSE(gdn::cpu::split_backward_units(7, 2, threads)) << threads;
+        EXPECT_EQ(gdn::cpu::backward_tail_groups(7, threads), threads) << threads;
+    }
+    for (int threads : {1, 7, 8}) EXPECT_EQ(gdn::cpu::backward_tail_groups(7, threads), 0) << threads;
+    EXPECT_EQ(gdn::cpu::backward_tail_groups(16, 2), 0);  // the workers divide the groups
+    EXPECT_EQ(gdn::cpu::backward_tail_groups(16, 6), 6);
+    for (bool kda : {false, true})
+        for (int chunk : {0, 16}) {
+            const Case c = shape_case(Op::Backward, kda, Gate::Mild, {32, 32, 7, 14, 150, 1, 1, 3});
+            SCOPED_TRACE(c.label() + " chunk_size=" + std::to_string(chunk));
+            TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+            const auto first = outputs_of(c, inputs, 1, chunk);
+            for (int threads : {2, 3, 4, 7})
+                EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
+        }
 }
 
 // Plain contiguous F32 tensor over a vector.
