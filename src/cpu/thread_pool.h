@@ -44,11 +44,16 @@ private:
 
     int threads_;
     std::vector<std::thread> workers_;
+    // A call's items are published by generation_ (release; its readers acquire), and its end by
+    // pending_ reaching 0. Both sides spin a short while before they sleep on the condition
+    // variables (under mutex_, so no wake-up is lost): back-to-back calls, as decoding makes
+    // them, then do not wait for a thread to be woken (tens of microseconds on a shared host,
+    // against a 0.1 ms call).
     std::mutex mutex_;
     std::condition_variable start_, done_;
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stop_ = false;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> pending_{0};
+    std::atomic<bool> stop_{false};
     int64_t items_ = 0;
     const std::function<void(int64_t, int)> *fn_ = nullptr;
 };
