@@ -19,8 +19,9 @@ ThreadPool::~ThreadPool() {
 
 namespace {
 
-// How long a side spins for the other before it sleeps: about 20 us on current x86 cores (a
-// pause is tens of cycles), a few on AArch64; bounded, so an idle pool costs nothing after it.
+// How long a side spins for the other before it sleeps: 2048 pauses took 50-56 us on the Zen 4
+// host of docs/PERF.md (more where a pause is slower), a few us of `yield` on AArch64; bounded,
+// so an idle pool costs nothing after it.
 constexpr int kSpins = 1 << 11;
 
 inline void pause() {
