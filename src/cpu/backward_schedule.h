@@ -1,9 +1,10 @@
 // How the chunked backward of a call is spread over workers (the steps are in chunk_drivers.h).
 //
 // The group schedule hands each worker whole groups (backward_group: every step of the group in
-// order); the split schedule runs rounds over every group's units, so a call of G groups of u
-// units keeps G u workers busy instead of G. Both run the same steps and sum in the same order,
-// so the schedule (and the thread count) never changes the bits.
+// order), with a tail where the workers do not divide the groups (backward_tail_groups); the
+// split schedule runs rounds over every group's units, so a call of G groups of u units keeps
+// G u workers busy instead of G. All run the same steps and sum in the same order, so the
+// schedule (and the thread count) never changes the bits.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ namespace gdn::cpu {
 // Whether a call of `groups` groups of `units` units runs split on `threads` workers: when the
 // group schedule would leave workers idle, i.e. its makespan in unit-times, ceil(G / threads) u,
 // exceeds the split one's, ceil(G u / threads); and at most 2 threads groups, because the split
-// schedule holds every group's state at once (the group schedule one per worker).
+// schedule holds every group's state at once (the group schedule one per worker, and one per
+// tail group).
 inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
     const auto ceil_div = [](int64_t x, int64_t y) { return (x + y - 1) / y; };
     return groups <= 2 * int64_t(threads) && ceil_div(groups, threads) * units > ceil_div(groups * units, threads);
@@ -29,7 +31,7 @@ inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
 // There the tail, the last `threads` groups, runs in two steps instead: their forward passes
 // (backward_checkpoints), one item per unit, join the other groups' items, which the pool hands
 // out longest first, so they fill the gaps the whole groups leave; then their reverse walks, one
-// per worker. The same steps and sums as backward_group, on one more group state per worker.
+// item each. The same steps and sums as backward_group, on one more group state per worker.
 // Where the workers divide the groups only unequal cores (a shared host) leave waits: about 2%
 // of the time on two, a tail there measured within noise of none (docs/PERF.md), not worth the
 // states. Returns the tail's length (0: none; every group whole).

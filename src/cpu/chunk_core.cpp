@@ -89,12 +89,20 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
 void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, float *pack) {
     // Blocks of whole kernel panels, at least 32 columns: 3/4 of the full product's work at
     // L = 64, the full product at L = 32 (on AVX2, blocks of one 16-column panel there measured
-    // 0.96-1.10 of the time: no gain). Block c0 takes rows c0 .. m - 1: below the first L rows,
-    // rows the block's triangle does not need too (m = 2L: the second product's rows above c0).
+    // 0.96-1.10 of the time: no gain). The first block is one product over all m rows (its
+    // triangles start at row 0: a 32-token chunk is only this); a later block c0 takes rows
+    // c0 .. L - 1 of each stacked L x L block.
     const int64_t block = std::max<int64_t>(32, gemm_panel_width());
-    for (int64_t c0 = 0; c0 < L; c0 += block)
-        gemm(m - c0, std::min(block, L - c0), n, 1.0f, rows(a + c0 * n, n), transposed(b + c0 * n, n), false,
-             c + c0 * L + c0, L, pack);
+    for (int64_t c0 = 0; c0 < L; c0 += block) {
+        const int64_t cols = std::min(block, L - c0);
+        const Mat bt = transposed(b + c0 * n, n);
+        if (c0 == 0) {
+            gemm(m, cols, n, 1.0f, rows(a, n), bt, false, c, L, pack);
+            continue;
+        }
+        for (int64_t top = 0; top < m; top += L)
+            gemm(L - c0, cols, n, 1.0f, rows(a + (top + c0) * n, n), bt, false, c + (top + c0) * L + c0, L, pack);
+    }
 }
 
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
@@ -215,8 +223,8 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
         // P and M in one product where both are wanted: Kinv^T is packed once.
         if (L > 1) lower_product_rows(L, with_q ? 2 * L : L, Sk, with_q ? w.qg() : w.kg(L), w.kinv.data(),
                                       with_q ? P : M, w.pack.data());
-        // Zeros above the diagonal by assignment (lower_product leaves the diagonal blocks' upper
-        // parts there, possibly huge), M's diagonal too; P's diagonal exactly q_r . k_r (no gate).
+        // Zeros above the diagonal by assignment (lower_product_rows leaves the diagonal blocks'
+        // upper parts there, possibly huge), M's diagonal too; P's diagonal exactly q_r . k_r (no gate).
         clear_upper(M, L, true);
         if (with_q) {
             clear_upper(P, L, false);
@@ -380,15 +388,26 @@ void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int
 namespace {
 constexpr int64_t kTransposeTile = 16;
 
+// Tiles a load asks for ahead of the one it transposes: a tile reads one line of each of 16
+// stored columns, 16 short streams no hardware prefetcher follows, so a state out of L2 was
+// read at the latency of each line.
+constexpr int64_t kTilesAhead = 4;
+
 // Visits the Sk x Sv state in tiles of kTransposeTile x kTransposeTile, inside a tile four state
 // columns at a time: block(i, j) for the 4 x 4 block at (i, j) where both sides have four left,
 // entry(i, j) one by one elsewhere. A tile's four columns are visited down all their rows before
-// the next four (each stored column's lines are filled one after another).
-template <class Block, class Entry>
-void for_state_blocks(int64_t Sk, int64_t Sv, Block block, Entry entry) {
+// the next four (each stored column's lines are filled one after another). Before each tile,
+// ahead(j0, i0) with the corner of the tile kTilesAhead later in this order (while there is one).
+template <class Block, class Entry, class Ahead>
+void for_state_blocks(int64_t Sk, int64_t Sv, Block block, Entry entry, Ahead ahead) {
+    const int64_t tiles_i = (Sk + kTransposeTile - 1) / kTransposeTile;
+    const int64_t tiles = tiles_i * ((Sv + kTransposeTile - 1) / kTransposeTile);
+    int64_t tile = 0;
     for (int64_t j0 = 0; j0 < Sv; j0 += kTransposeTile) {
         const int64_t j1 = std::min(Sv, j0 + kTransposeTile);
-        for (int64_t i0 = 0; i0 < Sk; i0 += kTransposeTile) {
+        for (int64_t i0 = 0; i0 < Sk; i0 += kTransposeTile, ++tile) {
+            if (const int64_t later = tile + kTilesAhead; later < tiles)
+                ahead(later / tiles_i * kTransposeTile, later % tiles_i * kTransposeTile);
             const int64_t i1 = std::min(Sk, i0 + kTransposeTile);
             int64_t j = j0;
             for (; j + 4 <= j1; j += 4) {
@@ -428,19 +447,30 @@ void stream_vec4(float *dst, vec4 x) {
 #endif
     for (int c = 0; c < 4; ++c) stream_float(dst + c, x[c]);
 }
+// Asks for the lines of the tile at (j0, i0) of stored columns cols (ld floats apart), into L2
+// (bursts of prefetches to L1 were found to be lost): one or two per column (a piece of 16
+// floats not aligned to a line spans two).
+void prefetch_tile(const float *cols, int64_t ld, int64_t Sk, int64_t Sv, int64_t j0, int64_t i0) {
+    const int64_t rows = std::min(kTransposeTile, Sk - i0);
+    for (int64_t j = j0; j < std::min(Sv, j0 + kTransposeTile); ++j) {
+        __builtin_prefetch(cols + j * ld + i0, 0, 2);
+        __builtin_prefetch(cols + j * ld + i0 + rows - 1, 0, 2);
+    }
+}
 }  // namespace
 
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {
-    const int64_t Sv = d.Sv, ld = state_column_stride(t);
+    const int64_t Sk = d.Sk, Sv = d.Sv, ld = state_column_stride(t);
     const float *cols = state_column(t, 0, h, index);
     for_state_blocks(
-        d.Sk, Sv,
+        Sk, Sv,
         [&](int64_t i, int64_t j) {
             vec4 y[4];  // y[r] = S(i + r, j .. j + 3)
             load_transposed4(cols + j * ld + i, ld, y);
             for (int r = 0; r < 4; ++r) std::memcpy(s + (i + r) * Sv + j, &y[r], sizeof(vec4));
         },
-        [&](int64_t i, int64_t j) { s[i * Sv + j] = cols[j * ld + i]; });
+        [&](int64_t i, int64_t j) { s[i * Sv + j] = cols[j * ld + i]; },
+        [&](int64_t j0, int64_t i0) { prefetch_tile(cols, ld, Sk, Sv, j0, i0); });
 }
 
 // Non-temporal stores: a state is written once and not read again by this call, and a packed
@@ -456,7 +486,7 @@ void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, c
             load_transposed4(s + i * Sv + j, Sv, y);
             for (int c = 0; c < 4; ++c) stream_vec4(cols + (j + c) * ld + i, y[c]);
         },
-        [&](int64_t i, int64_t j) { stream_float(cols + j * ld + i, s[i * Sv + j]); });
+        [&](int64_t i, int64_t j) { stream_float(cols + j * ld + i, s[i * Sv + j]); }, [](int64_t, int64_t) {});
 #if defined(__SSE2__)
     _mm_sfence();  // the streamed stores are ordered before anything this thread does next
 #endif

@@ -102,8 +102,9 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
 // its first column down, so above the diagonal only the diagonal blocks are written (callers
 // must not read there).
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack);
-// The same for m >= L rows of a (L x L blocks of c stacked, each the lower triangle of its rows
-// of a times b^T, e.g. [P; M] = [Qg; Kg] Kinv^T): one product, so b's panels are packed once.
+// The same for m = L or 2L rows of a: c (m x L) holds m / L stacked L x L blocks, each the lower
+// triangle (as lower_product writes it) of its rows of a times b^T, e.g. [P; M] = [Qg; Kg] Kinv^T;
+// for L <= 32 one product, so b's panel is packed once.
 void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, float *pack);
 
 // GDA: the gram of the loaded rows into out (2L x L): Q K^T then K K^T, their lower triangles

@@ -99,7 +99,7 @@ struct BackwardWork {
 
 // What a group's backward keeps between its steps. Sized for the widest call and layout; the
 // split schedule (one per group) also keeps a segment's grams and every unit's pieces per chunk
-// of the segment, the group schedule (one per worker) neither.
+// of the segment, the group schedule (one per worker, and one per tail group) neither.
 struct GroupBackward {
     int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0;
     int64_t spares = 1, slot_floats = 0, tokens = 0, Sv = 0, Sk = 0;

@@ -1,6 +1,7 @@
 // The cpu backend's thread pool: every item runs once per call and its writes are seen by the
 // caller when the call returns, whether the workers were still spinning from the call before
-// (back-to-back calls) or asleep (calls far apart); a pool is destroyed cleanly in either state.
+// (back-to-back calls) or asleep (calls far apart: longer than any spin), and when the caller
+// outwaits its own spin for a slow worker; a pool is destroyed cleanly in either state.
 // ThreadSanitizer runs this file (label cpu, scripts/ci-sanitizers.sh).
 #include <gtest/gtest.h>
 
@@ -21,7 +22,6 @@ void check_calls(ThreadPool &pool, int64_t items, int calls, bool weighted, std:
     std::vector<int64_t> slots(static_cast<size_t>(items), 0);
     std::vector<int64_t> weights(static_cast<size_t>(items));
     for (int64_t i = 0; i < items; ++i) weights[i] = (i * 7919) % 13;  // an order of their own
-    std::vector<int> seen_worker(static_cast<size_t>(pool.size()), 0);
     for (int call = 0; call < calls; ++call) {
         const auto body = [&](int64_t i, int worker) {
             ASSERT_GE(worker, 0);
@@ -45,6 +45,23 @@ TEST(CpuThreadPool, EveryItemOnceBackToBackAndAfterSleeping) {
             check_calls(pool, 5, 20, weighted, std::chrono::microseconds(3000));  // workers asleep again
             check_calls(pool, 1, 10, weighted, std::chrono::microseconds(0));     // the caller alone
         }
+}
+
+TEST(CpuThreadPool, CallerSleepsUntilASlowWorkerFinishes) {
+    // run() gives worker w the items [w n / size, (w + 1) n / size): with one item per worker the
+    // caller (worker 0) finishes at once and the last worker's item takes 20 ms, far past the
+    // caller's spin, so the caller sleeps on the pool's condition variable until it is done.
+    for (int threads : {2, 3}) {
+        ThreadPool pool(threads);
+        for (int call = 0; call < 3; ++call) {
+            std::vector<int> done(static_cast<size_t>(threads), 0);
+            pool.run(threads, [&](int64_t i, int) {
+                if (i == threads - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                done[i] = 1;
+            });
+            for (int d : done) EXPECT_EQ(d, 1) << threads << " threads, call " << call;
+        }
+    }
 }
 
 TEST(CpuThreadPool, DestroyedWhileSpinningOrAsleep) {
