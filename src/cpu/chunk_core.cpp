@@ -63,11 +63,12 @@ namespace {
 
 // Every cache line of [p, p + bytes): a row that does not start on a line boundary (malloc
 // aligns to 16 bytes, not 64) can span one line more than its length in lines, and reading that
-// last line would wait on memory.
-void prefetch_lines(const char *p, int64_t bytes) {
+// last line would wait on memory. Locality as __builtin_prefetch takes it (3: into L1, 2: L2).
+template <int Locality = 3>
+void prefetch_lines(const void *p, int64_t bytes) {
     constexpr uintptr_t line = 64;
     const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(line - 1), end = reinterpret_cast<uintptr_t>(p) + bytes;
-    for (uintptr_t a = first; a < end; a += line) __builtin_prefetch(reinterpret_cast<const char *>(a));
+    for (uintptr_t a = first; a < end; a += line) __builtin_prefetch(reinterpret_cast<const char *>(a), 0, Locality);
 }
 
 }  // namespace
@@ -448,14 +449,10 @@ void stream_vec4(float *dst, vec4 x) {
     for (int c = 0; c < 4; ++c) stream_float(dst + c, x[c]);
 }
 // Asks for the lines of the tile at (j0, i0) of stored columns cols (ld floats apart), into L2
-// (bursts of prefetches to L1 were found to be lost): one or two per column (a piece of 16
-// floats not aligned to a line spans two).
+// (bursts of prefetches to L1 were found to be lost).
 void prefetch_tile(const float *cols, int64_t ld, int64_t Sk, int64_t Sv, int64_t j0, int64_t i0) {
-    const int64_t rows = std::min(kTransposeTile, Sk - i0);
-    for (int64_t j = j0; j < std::min(Sv, j0 + kTransposeTile); ++j) {
-        __builtin_prefetch(cols + j * ld + i0, 0, 2);
-        __builtin_prefetch(cols + j * ld + i0 + rows - 1, 0, 2);
-    }
+    const int64_t bytes = std::min(kTransposeTile, Sk - i0) * int64_t(sizeof(float));
+    for (int64_t j = j0; j < std::min(Sv, j0 + kTransposeTile); ++j) prefetch_lines<2>(cols + j * ld + i0, bytes);
 }
 }  // namespace
 
