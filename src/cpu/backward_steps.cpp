@@ -2,7 +2,6 @@
 // and replay of the states, the reverse walk over chunks, and where each unit's pieces of the
 // group's dq, dk go (straight into the accumulators, or into the unit's slot for the reduction).
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "cpu/chunk_backward.h"
@@ -36,7 +35,7 @@ void GroupBackward::resize(const Dims &d, int64_t max_chunk, const BackwardLayou
     Sk = d.Sk;
     segments = layout.segments;
     chunks_per_segment = layout.chunks_per_segment;
-    replay_slots = chunks_per_segment > 1 ? std::max<int64_t>(3, chunks_per_segment) : 0;
+    replay_slots = chunks_per_segment > 1 ? chunks_per_segment : 0;  // slot j: entry of the segment's chunk j > 0
     spares = split ? units : 1;
     slot_floats = split ? pieces_slot_floats(d, C) : 0;
     checkpoints.resize(units * segments * area);
@@ -105,9 +104,10 @@ Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
 }
 
 // One chunk forward of unit u (the group's chunk and K K^T loaded): s_next = the state after the
-// chunk from s. The forward pass solves for Dm and keeps the chunk's Z (and KDA's e) where
-// kept_z_of (kept_e_of) has room (replay = false); the replay takes Dm from that Z and the gates
-// from that e (replay = true).
+// chunk from s (s_next may be s: updated in place). The forward pass solves for Dm and keeps the
+// chunk's Z (and KDA's e) where kept_z_of (kept_e_of) has room, streamed out (nothing reads them
+// before the reverse walk; replay = false); the replay takes Dm from that Z and the gates from
+// that e (replay = true).
 void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq, int64_t kh,
                    int64_t u, const float *s, float *s_next, bool replay, GroupBackward &g, ChunkScratch &c) {
     const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
@@ -120,8 +120,8 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
     }
     prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
     const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept_z : nullptr, c);
-    if (!replay && kept_z) std::memcpy(kept_z, z, sizeof(float) * L * g.Sv);
-    if (!replay && kept_e) std::memcpy(kept_e, c.e.data(), sizeof(float) * L * c.gw);
+    if (!replay && kept_z) store_rows_streamed(z, L, g.Sv, kept_z, g.Sv);
+    if (!replay && kept_e) store_rows_streamed(c.e.data(), L, c.gw, kept_e, c.gw);
     advance_state(s, s_next, L, c);
 }
 
@@ -185,25 +185,26 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
     const Dims &d = a.dims;
     const int64_t chunks = static_cast<int64_t>(ends.size());
     const int64_t per_seg = backward_layout(d, ends, g.C).chunks_per_segment;
+    // The state runs in the unit's own carry slab (hot in cache, updated in place; only that slab:
+    // ranges of one group's units may run on several workers at once); each segment's entry state
+    // is streamed out to its checkpoint, which the reverse walk reads only much later.
+    auto running = [&](int64_t u) { return g.carries.data() + g.carry_slab[u] * g.area; };
     for (int64_t u = units.begin; u < units.end; ++u) {
         const ChunkUnit unit = group_unit(d, bq, kh, u);
         float *first = checkpoint(g, u, 0);
         if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
         else std::fill(first, first + g.area, 0.0f);
-        // Only the unit's own slab: ranges of one group's units may run on several workers at once.
-        std::fill_n(g.carries.begin() + g.carry_slab[u] * g.area, g.area, 0.0f);
     }
-    // Within a segment the state runs through replay slots 1 and 2 alternately (per_seg >= 2 there).
-    auto running = [&](int64_t ci, int64_t u) {
-        const int64_t j = ci % per_seg;
-        return j == 0 ? checkpoint(g, u, ci / per_seg) : g.replay.data() + (u * g.replay_slots + 1 + (j + 1) % 2) * g.area;
-    };
     for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
         const int64_t t0 = start_of(ends, ci);
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, ends[ci] - t0, false, w.chunk);
-        for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, bq, kh, u, running(ci, u), running(ci + 1, u), false, g, w.chunk);
+        for (int64_t u = units.begin; u < units.end; ++u) {
+            forward_chunk(a, ends, ci, bq, kh, u, ci == 0 ? checkpoint(g, u, 0) : running(u), running(u), false, g,
+                          w.chunk);
+            if ((ci + 1) % per_seg == 0) store_rows_streamed(running(u), 1, g.area, checkpoint(g, u, (ci + 1) / per_seg), 0);
+        }
     }
+    for (int64_t u = units.begin; u < units.end; ++u) std::fill_n(running(u), g.area, 0.0f);
 }
 
 void backward_gram(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t seg,

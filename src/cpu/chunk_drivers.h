@@ -106,7 +106,7 @@ struct GroupBackward {
     std::vector<float> checkpoints;  // units x segments x area
     std::vector<float> kept_z;       // units x tokens x Sv: the chunks' Z (when C <= Sk, else empty)
     std::vector<float> kept_e;       // KDA: units x tokens x Sk, the chunks' exp(gam) (as kept_z)
-    std::vector<float> replay;       // units x max(3, chunks_per_segment) x area (chunks_per_segment > 1)
+    std::vector<float> replay;       // units x chunks_per_segment x area (chunks_per_segment > 1)
     // dL/dS at each unit's current chunk end, and spares for the next (one shared by the units of
     // the group schedule, one per unit in the split one): (units + spares) x area, carry_slab
     // says which area is whose.
