@@ -64,23 +64,6 @@ float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
 }
 
-// dg_t = w + sum_{r >= t} single_r + sum_{r < t} link_r + pair_t, per channel; written to w.dgam.
-// Channels innermost, so the running sums of all channels advance together (no add chains).
-void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, BackwardWork &w) {
-    double *suffix = w.acc.data(), *prefix = w.acc.data() + gw;  // acc is free once the pairs are summed
-    std::fill_n(suffix, 2 * gw, 0.0);
-    for (int64_t t = L - 1; t >= 0; --t)
-        for (int64_t c = 0; c < gw; ++c) {
-            suffix[c] += w.single[t * gw + c];
-            w.dgam[t * gw + c] = wsum[c] + suffix[c] + w.pair[t * gw + c];
-        }
-    for (int64_t t = 0; t < L; ++t)
-        for (int64_t c = 0; c < gw; ++c) {
-            w.dgam[t * gw + c] += prefix[c];
-            prefix[c] += w.link[t * gw + c];
-        }
-}
-
 // GDA: the pair terms of the gate gradient (X_rs = dP_rs P_rs + dM_rs M_rs, s < r: dg_t gets
 // the sum over s < t <= r).
 void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
@@ -127,6 +110,16 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const bool kda = gw != 1;
     float *pack = c.pack.data();
     prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, KnownGates{nullptr, e}, c);
+    // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum). First, because
+    // it reads S0 front to back: a checkpoint streamed out long ago, so the hardware prefetchers
+    // bring it in here, not the transposing pack of S0^T below, line by line.
+    double *wterm = w.wterm.data();
+    std::fill_n(wterm, gw, 0.0);
+    if (kda)
+        row_dots_f64(Sk, Sv, dsl, s0, wterm);
+    else
+        wterm[0] = dot_f64(dsl, s0, area);
+    for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
     const float *P = c.p(), *A = c.a.data(), *Dm = c.dm.data();
 
@@ -152,10 +145,10 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
     const GatedOperand qkg_t = gated_transposed(c, Gated::QKg, L);
     gemm(Sk, Sv, 2 * L, 1.0f, qkg_t.a, rows(w.doy.data(), Sv), true, ds0, Sv, pack, qkg_t.scales);
-    // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T.
+    // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T (lower triangles).
     gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
     gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
-    gemm(2 * L, L, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(Dm, Sv), false, w.dpm.data(), L, pack);
+    lower_product_rows(L, 2 * L, Sv, w.doy.data(), Dm, w.dpm.data(), pack);
     float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
     for (int64_t r = 0; r < L; ++r)
         for (int64_t s = r; s < L; ++s) {
@@ -176,30 +169,17 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
         products_f64(dQg, c.qg(), dKg, c.kg(L), single.data(), L * Sk);
         products_f64(w.dkl.data(), c.kl.data(), nullptr, nullptr, link.data(), L * Sk);
     } else {  // Qg = e o Q, Kg = e o K, Kl = f o K: each row's factor taken out of its sums
-        const float *Q = c.q(), *K = c.k(L);
-        for (int64_t r = 0; r < L; ++r) {
-            const int64_t n = r * Sk;
-            single[r] = double(c.e[r]) * (dot_f64(dQg + n, Q + n, Sk) + dot_f64(dKg + n, K + n, Sk));
-            link[r] = double(c.f[r]) * dot_f64(w.dkl.data() + n, K + n, Sk);
-        }
+        gda_gate_terms(L, Sk, dQg, c.q(), dKg, w.dkl.data(), c.k(L), c.e.data(), c.f.data(), single.data(), link.data());
     }
-    // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum).
-    double *wterm = w.wterm.data();
-    std::fill_n(wterm, gw, 0.0);
-    if (kda)
-        for (int64_t i = 0; i < Sk; ++i) wterm[i] = dot_f64(dsl + i * Sv, s0 + i * Sv, Sv);
-    else
-        wterm[0] = dot_f64(dsl, s0, area);
-    for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
 
     if (kda) kda_pairs_and_products(L, Sk, dP, w);
     else gda_pairs(L, dP, dM, w);
-    assemble_gate_gradient(L, gw, wterm, w);
+    assemble_gate_gradient(L, gw, wterm, w.single.data(), w.link.data(), w.pair.data(), w.acc.data(), w.dgam.data());
     if (a.dg && kda) {
         // KDA dg rows are Sk floats, a token stride apart: converted here, then streamed out as dv
         // is (written one float at a time into the caller's rows, their lines were read from
         // memory first).
-        for (int64_t i = 0; i < L * gw; ++i) w.dg_rows[i] = static_cast<float>(w.dgam[i]);
+        to_floats(w.dgam.data(), w.dg_rows.data(), L * gw);
         store_rows_streamed(w.dg_rows.data(), L, gw, row_ptr(*a.dg, unit.h, t0, unit.b), token_stride_floats(*a.dg));
     } else if (a.dg) {
         for (int64_t r = 0; r < L; ++r) *row_ptr(*a.dg, unit.h, t0 + r, unit.b) = static_cast<float>(w.dgam[r]);
@@ -253,17 +233,12 @@ void start_group_chunk(int64_t L, BackwardWork &w) {
     }
     // GDA: the row-scaled single terms here; the P and M terms summed into gp, gm for one product
     // per chunk (finish_group_chunk).
-    float *gp = w.gp.data(), *gm = w.gm.data();
     for (int64_t r = 0; r < L; ++r) {
         axpy(p.e[r], p.dqg + r * Sk, dq + r * Sk, Sk);
         axpy(p.e[r], p.dkg + r * Sk, dk + r * Sk, Sk);
         axpy(p.f[r], p.dkl + r * Sk, dk + r * Sk, Sk);
-        for (int64_t s = 0; s <= r; ++s) {
-            const float gam = s == r ? 1.0f : p.gam_mat[r * L + s];
-            gp[r * L + s] += p.dp[r * L + s] * gam;
-            if (s < r) gm[r * L + s] += p.dm[r * L + s] * gam;
-        }
     }
+    add_decayed_pairs(L, p.dp, p.dm, p.gam_mat, w.gp.data(), w.gm.data());
 }
 
 void finish_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, int64_t t0, int64_t L, BackwardWork &w) {

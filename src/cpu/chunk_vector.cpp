@@ -109,7 +109,9 @@ GDN_VECTORIZED float dot(const float *a, const float *b, int64_t n) {
     return sum;
 }
 
-GDN_VECTORIZED double dot_f64(const float *a, const float *b, int64_t n) {
+namespace {
+// The sum in double of dot_f64 and its batched forms (inlined into each clone).
+inline __attribute__((always_inline)) double row_dot_f64(const float *a, const float *b, int64_t n) {
     double part[lanes] = {};
     int64_t i = 0;
     for (; i + lanes <= n; i += lanes)
@@ -118,6 +120,58 @@ GDN_VECTORIZED double dot_f64(const float *a, const float *b, int64_t n) {
     double sum = 0.0;
     for (int l = 0; l < lanes; ++l) sum += part[l];
     return sum;
+}
+}  // namespace
+
+GDN_VECTORIZED double dot_f64(const float *a, const float *b, int64_t n) { return row_dot_f64(a, b, n); }
+
+GDN_VECTORIZED void row_dots_f64(int64_t L, int64_t n, const float *a, const float *b, double *out) {
+    for (int64_t r = 0; r < L; ++r) out[r] = row_dot_f64(a + r * n, b + r * n, n);
+}
+
+GDN_VECTORIZED void gda_gate_terms(int64_t L, int64_t n, const float *dqg, const float *q, const float *dkg,
+                                   const float *dkl, const float *k, const float *e, const float *f, double *single,
+                                   double *link) {
+    for (int64_t r = 0; r < L; ++r) {
+        const int64_t row = r * n;
+        single[r] = double(e[r]) * (row_dot_f64(dqg + row, q + row, n) + row_dot_f64(dkg + row, k + row, n));
+        link[r] = double(f[r]) * row_dot_f64(dkl + row, k + row, n);
+    }
+}
+
+GDN_VECTORIZED void add_decayed_pairs(int64_t L, const float *dp, const float *dm, const float *decay, float *gp,
+                                      float *gm) {
+    for (int64_t r = 0; r < L; ++r) {
+        const int64_t row = r * L;
+        for (int64_t s = 0; s < r; ++s) {
+            gp[row + s] += dp[row + s] * decay[row + s];
+            gm[row + s] += dm[row + s] * decay[row + s];
+        }
+        gp[row + r] += dp[row + r];
+    }
+}
+
+GDN_VECTORIZED void assemble_gate_gradient(int64_t L, int64_t gw, const double *__restrict wsum,
+                                           const double *__restrict single, const double *__restrict link,
+                                           const double *__restrict pair, double *__restrict sums,
+                                           double *__restrict dg) {
+    // Channels innermost, so the running sums of all channels advance together (no add chains).
+    double *__restrict suffix = sums, *__restrict prefix = sums + gw;
+    for (int64_t c = 0; c < 2 * gw; ++c) sums[c] = 0.0;
+    for (int64_t t = L - 1; t >= 0; --t)
+        for (int64_t c = 0; c < gw; ++c) {
+            suffix[c] += single[t * gw + c];
+            dg[t * gw + c] = wsum[c] + suffix[c] + pair[t * gw + c];
+        }
+    for (int64_t t = 0; t < L; ++t)
+        for (int64_t c = 0; c < gw; ++c) {
+            dg[t * gw + c] += prefix[c];
+            prefix[c] += link[t * gw + c];
+        }
+}
+
+GDN_VECTORIZED void to_floats(const double *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
 }
 
 GDN_VECTORIZED void products_f64(const float *a, const float *b, const float *c, const float *d, double *out,

@@ -13,6 +13,21 @@ namespace gdn::cpu {
 float dot(const float *a, const float *b, int64_t n);
 // sum_i a_i b_i in double.
 double dot_f64(const float *a, const float *b, int64_t n);
+// out_r = dot_f64 of row r of a and b (L rows of n floats each).
+void row_dots_f64(int64_t L, int64_t n, const float *a, const float *b, double *out);
+// The GDA gate gradient's row terms of a chunk (L rows of n floats): single_r = e_r (dqg_r . q_r +
+// dkg_r . k_r) and link_r = f_r (dkl_r . k_r), each dot as dot_f64 adds it up.
+void gda_gate_terms(int64_t L, int64_t n, const float *dqg, const float *q, const float *dkg, const float *dkl,
+                    const float *k, const float *e, const float *f, double *single, double *link);
+// gp_rs += dp_rs decay_rs and gm_rs += dm_rs decay_rs below the diagonal of L x L matrices, and
+// gp_rr += dp_rr on it (no decay there); nothing above it is read or written.
+void add_decayed_pairs(int64_t L, const float *dp, const float *dm, const float *decay, float *gp, float *gm);
+// The gate gradient of a chunk, per channel (L rows of gw): dg_t = wsum + sum_{r >= t} single_r
+// + sum_{r < t} link_r + pair_t; sums: 2 gw doubles of scratch.
+void assemble_gate_gradient(int64_t L, int64_t gw, const double *wsum, const double *single, const double *link,
+                            const double *pair, double *sums, double *dg);
+// y_i = x_i rounded to float.
+void to_floats(const double *x, float *y, int64_t n);
 // out_i = a_i b_i + c_i d_i in double (c, d may be nullptr: out_i = a_i b_i).
 void products_f64(const float *a, const float *b, const float *c, const float *d, double *out, int64_t n);
 // y += alpha x.
