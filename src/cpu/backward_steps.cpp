@@ -118,7 +118,7 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
         prefetch_unit_rows(replay && kept_z ? nullptr : a.v, next_gates_kept ? nullptr : a.g, *a.beta, a.dims, unit, t1,
                            ends[ci + 1]);
     }
-    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
+    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
     const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept_z : nullptr, c);
     if (!replay && kept_z) store_rows_streamed(z, L, g.Sv, kept_z, g.Sv);
     if (!replay && kept_e) store_rows_streamed(c.e.data(), L, c.gw, kept_e, c.gw);

@@ -2,7 +2,7 @@
 // dq, dk (chunk_backward.h).
 //
 // Per unit and chunk, with dSL = dL/dS_L carried from the later chunk and dOc = scale * dO:
-//   dDm = P^T dOc + Kl dSL,           Y = A^T dDm
+//   dDm = P^T dOc + Kl dSL,           Y = A^T dDm  (A = (I + diag(beta) M)^-1, never formed)
 //   dS0 = gL o dSL + Qg^T dOc - Kg^T diag(beta) Y          (carried to the earlier chunk)
 //   dQg = dOc S0^T,   dKg = -diag(beta) Y S0^T,   dKl = Dm dSL^T
 //   dP  = dOc Dm^T (s <= r),   dM = -diag(beta) Y Dm^T (s < r)
@@ -32,7 +32,6 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     d_state.resize(Sk * Sv);
     doy.resize(2 * C * Sv);
     y.resize(C * Sv);
-    ddm.resize(C * Sv);
     dqkg.resize(2 * C * Sk);
     dkl.resize(C * Sk);
     dkinv.resize(kda ? C * Sk : 0);
@@ -52,7 +51,7 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &ddm, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair})
+    for (const auto *v : {&d_state, &doy, &y, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
     return n;
@@ -109,7 +108,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
     const bool kda = gw != 1;
     float *pack = c.pack.data();
-    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, true, KnownGates{nullptr, e}, c);
+    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, KnownGates{nullptr, e}, c);
     // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum). First, because
     // it reads S0 front to back: a checkpoint streamed out long ago, so the hardware prefetchers
     // bring it in here, not the transposing pack of S0^T below, line by line.
@@ -121,7 +120,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
         wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
-    const float *P = c.p(), *A = c.a.data(), *Dm = c.dm.data();
+    const float *P = c.p(), *Dm = c.dm.data();
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
     const float scale = static_cast<float>(d.scale);
@@ -131,13 +130,12 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     } else {
         std::fill(doc, doc + L * Sv, 0.0f);
     }
-    // dDm = P^T dOc + Kl dSL;  Y = A^T dDm;  dV = beta o Y, then nby = -dV (triangles read as
-    // triangles: trmm).
-    trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.ddm.data(), Sv, pack);
+    // dDm = P^T dOc + Kl dSL (P^T read as a triangle: trmm);  Y = A^T dDm by back substitution,
+    // which leaves dV = beta o Y in nby; then nby = -dV.
+    trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.y.data(), Sv, pack);
     const GatedOperand kl = gated_rows(c, Gated::Kl, L);
-    gemm(L, Sv, Sk, 1.0f, kl.a, rows(dsl, Sv), true, w.ddm.data(), Sv, pack, kl.scales);
-    trmm(Tri::Upper, L, Sv, 1.0f, transposed(A, L), w.ddm.data(), Sv, 0.0f, w.y.data(), Sv, pack);
-    scale_rows(w.y.data(), c.beta.data(), L, Sv, 1, nby);
+    gemm(L, Sv, Sk, 1.0f, kl.a, rows(dsl, Sv), true, w.y.data(), Sv, pack, kl.scales);
+    solve_adjoint(L, Sv, c.beta.data(), c.m(L), w.y.data(), nby, pack);
     if (a.dv) store_rows_streamed(nby, L, Sv, row_ptr(*a.dv, unit.h, t0, unit.b), token_stride_floats(*a.dv));
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].

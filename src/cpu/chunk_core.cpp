@@ -44,8 +44,6 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     kl.resize(kda ? C * Sk : 0);
     kinv.resize(kda ? C * Sk : 0);
     pm.resize(2 * C * C);
-    a.resize(C * C);
-    coef.resize(C * C);
     r.resize(C * Sv);
     dm.resize(C * Sv);
     pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
@@ -53,7 +51,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &pm, &a, &coef,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &pm,
                             &r, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
@@ -184,30 +182,10 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool
         std::memmove(w.gam_mat.data() + r * L, packed + r * (r - 1) / 2, sizeof(float) * r);
 }
 
-// A = (I + diag(beta) M)^-1 in row blocks of 16: the rows of a block first take the earlier
-// blocks' part of A_r = e_r - beta_r sum_{s<r} M_rs A_s as one product, then finish by
-// substitution inside the block (short loops of row pairs are what made the plain
-// substitution slow).
-void invert_unit_lower(int64_t L, ChunkScratch &w) {
-    constexpr int64_t block = 16;
-    float *A = w.a.data(), *coef = w.coef.data();
-    const float *M = w.m(L);
-    std::fill(A, A + L * L, 0.0f);
-    for (int64_t r0 = 0; r0 < L; r0 += block) {
-        const int64_t r1 = std::min(L, r0 + block);
-        if (r0 > 0) {
-            for (int64_t r = r0; r < r1; ++r)
-                for (int64_t s = 0; s < r0; ++s) coef[(r - r0) * r0 + s] = -w.beta[r] * M[r * L + s];
-            gemm(r1 - r0, r0, r0, 1.0f, rows(coef, r0), rows(A, L), false, A + r0 * L, L, w.pack.data());
-        }
-        invert_rows(L, r0, r1, w.beta.data(), M, A);
-    }
-}
-
 }  // namespace
 
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
-                        bool with_q, bool with_inverse, KnownGates known, ChunkScratch &w) {
+                        bool with_q, KnownGates known, ChunkScratch &w) {
     const int64_t Sk = d.Sk;
     for (int64_t r = 0; r < L; ++r) w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
     compute_gates(g, u, t0, L, with_q, known, w);
@@ -232,7 +210,6 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
             for (int64_t r = 0; r < L; ++r) P[r * L + r] = dot(w.q() + r * Sk, w.k(L) + r * Sk, Sk);
         }
     }
-    if (with_inverse) invert_unit_lower(L, w);
 }
 
 namespace {
@@ -259,6 +236,22 @@ void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
 }
 
 }  // namespace
+
+void solve_adjoint(int64_t L, int64_t n, const float *beta, const float *M, float *y, float *w, float *pack) {
+    // (I + diag(beta) M)^T Y = dDm, with W = diag(beta) Y: Y_r = dDm_r - sum_{s>r} M_sr W_s, from the
+    // last row up, in row blocks of 16 (as solve_deltas, transposed): a block's rows take the later
+    // blocks' part as one product, then the rows after them inside the block one by one (only M's
+    // strict lower triangle is read).
+    constexpr int64_t block = 16;
+    for (int64_t r1 = L; r1 > 0; r1 -= block) {
+        const int64_t r0 = std::max<int64_t>(0, r1 - block);
+        if (r1 < L) gemm(r1 - r0, n, L - r1, -1.0f, transposed(M + r1 * L + r0, L), rows(w + r1 * n, n), 1.0f, y + r0 * n, n, pack);
+        for (int64_t r = r1 - 1; r >= r0; --r) {
+            add_rows(-1.0f, M + (r + 1) * L + r, L, r1 - r - 1, w + (r + 1) * n, n, y + r * n, n);
+            scale_rows(y + r * n, beta + r, 1, n, 1, w + r * n);
+        }
+    }
+}
 
 const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
                           const float *z, ChunkScratch &w) {

@@ -48,7 +48,6 @@ struct ChunkScratch {
     std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // KDA: L x Sk
     std::vector<float> pm;                // 2L x L: P (rows 0..L-1), then M (KDA: one product of [Qg; Kg] and Kinv^T)
-    std::vector<float> a, coef;           // L x L: A and the inversion's scratch (the backward's reverse walk only)
     std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas)
     std::vector<float> pack;              // GEMM packing
 
@@ -123,18 +122,22 @@ struct KnownGates {
     const float *e = nullptr;
 };
 
-// Loads the unit's beta and g rows and computes gates, M, P (when with_q) and A (when
-// with_inverse: the backward's adjoint reads it, Dm does not); KDA also Qg (when with_q), Kg, Kl
+// Loads the unit's beta and g rows and computes gates, M and P (when with_q); KDA also Qg (when with_q), Kg, Kl
 // and Kinv (chunks of L > 1). GDA stores no row-scaled copies: its products take Q, K and fold
 // each token's factor (e_r or f_r) in as they run (RowScales in gemm.h). The g rows are not read
 // with known.gam, nor with known.e for a KDA chunk of L > 1.
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
-                        bool with_q, bool with_inverse, KnownGates known, ChunkScratch &w);
+                        bool with_q, KnownGates known, ChunkScratch &w);
+
+// The backward's Y = A^T dDm for A = (I + diag(beta) M)^-1 (M strictly lower, L x L), by back
+// substitution rather than forming A (as chunk_deltas solves for Dm): y holds dDm (L rows of n
+// floats) on entry and Y on return; w gets diag(beta) Y, which the substitution reads.
+void solve_adjoint(int64_t L, int64_t n, const float *beta, const float *M, float *y, float *w, float *pack);
 
 // Dm of the unit's chunk (prepare_unit_chunk done) from its entry state s0, and Z = R - M Dm
 // (row r: token r's prediction error v_r - S_{r-1}^T k_r, the state decayed to r; Dm =
 // diag(beta) Z). Without z: Dm = A diag(beta) R for R = V - Kg S0 from the unit's V rows, solving
-// (I + diag(beta) M) Dm = diag(beta) R by substitution (A is not needed), Z left in r. With z (a
+// (I + diag(beta) M) Dm = diag(beta) R by substitution, Z left in r. With z (a
 // Z this returned earlier for the same chunk and state, L x Sv): Dm = diag(beta) z, the same bits.
 // Returns Z.
 const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,

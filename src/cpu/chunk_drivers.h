@@ -80,7 +80,7 @@ struct BackwardWork {
     ChunkScratch chunk;
     std::vector<float> d_state;      // area
     std::vector<float> doy;          // 2C x Sv: scale * dO, then -beta o Y
-    std::vector<float> y, ddm;       // C x Sv
+    std::vector<float> y;            // C x Sv: dDm, then Y in its place
     std::vector<float> dqkg;         // 2C x Sk: dQg, then dKg
     std::vector<float> dkl, dkinv;   // C x Sk
     std::vector<float> dpm_kinv;     // KDA: 2C x Sk, [dP; dM] Kinv

@@ -51,7 +51,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
             prefetch_unit_rows(a.v, a.g, *a.beta, d, unit, t1, next_end);
             float *s = w.states.data() + u * area;
             const KnownGates known{kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr, nullptr};
-            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, false, known, c);
+            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, known, c);
             chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows

@@ -255,18 +255,6 @@ GDN_VECTORIZED void scale_rows(const float *src, const float *scale, int64_t L, 
     }
 }
 
-GDN_VECTORIZED void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const float *M, float *A) {
-    for (int64_t r = r0; r < r1; ++r) {
-        float *ar = A + r * L;
-        for (int64_t s = r0; s < r; ++s) {
-            const float coef = -beta[r] * M[r * L + s];
-            const float *as = A + s * L;
-            for (int64_t c = 0; c <= s; ++c) ar[c] += coef * as[c];
-        }
-        ar[r] = 1.0f;
-    }
-}
-
 GDN_VECTORIZED void kda_pair_sums(int64_t L, int64_t n, const float *qg, const float *kg, const float *kinv,
                                   const float *dp_kinv, const float *dm_kinv, const float *dkinv, double *pair) {
     for (int64_t t = L - 1; t >= 1; --t) {

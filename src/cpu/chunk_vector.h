@@ -71,11 +71,6 @@ void kda_gated_rows(int64_t L, int64_t n, const double *gam, const float *gl, co
 // element (gw == n).
 void scale_rows(const float *src, const float *scale, int64_t L, int64_t n, int64_t gw, float *dst);
 
-// Rows r0 .. r1-1 of A = (I + diag(beta) M)^-1 (M strictly lower, L x L) by forward
-// substitution inside the block: on entry rows < r0 are final and rows r0 .. r1-1 hold
-// -beta_r sum_{s < r0} M_rs A_s.
-void invert_rows(int64_t L, int64_t r0, int64_t r1, const float *beta, const float *M, float *A);
-
 // The per-channel pair terms of the KDA gate gradient over a chunk of L rows (all L x n),
 // X_rs[i] = (dP_rs qg_r[i] + dM_rs kg_r[i]) kinv_s[i] for s < r, from their row and column sums:
 // dp_kinv = dP Kinv, dm_kinv = dM Kinv and dkinv = dP^T Qg + dM^T Kg over the strict triangles,
