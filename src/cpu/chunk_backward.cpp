@@ -113,7 +113,6 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // it reads S0 front to back: a checkpoint streamed out long ago, so the hardware prefetchers
     // bring it in here, not the transposing pack of S0^T below, line by line.
     double *wterm = w.wterm.data();
-    std::fill_n(wterm, gw, 0.0);
     if (kda)
         row_dots_f64(Sk, Sv, dsl, s0, wterm);
     else
@@ -147,12 +146,11 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
     gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
     lower_product_rows(L, 2 * L, Sv, w.doy.data(), Dm, w.dpm.data(), pack);
+    // Zeros above the triangles (lower_product_rows leaves the diagonal blocks' upper parts, and
+    // writes nothing above them): dP keeps its diagonal, dM's is zero too.
     float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
-    for (int64_t r = 0; r < L; ++r)
-        for (int64_t s = r; s < L; ++s) {
-            if (s > r) dP[r * L + s] = 0.0f;
-            dM[r * L + s] = 0.0f;
-        }
+    clear_upper(dP, L, false);
+    clear_upper(dM, L, true);
     // dbeta_r = Y_r . Z_r (Z = R - M Dm).
     if (a.dbeta)
         for (int64_t r = 0; r < L; ++r)
