@@ -44,7 +44,8 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     kl.resize(kda ? C * Sk : 0);
     kinv.resize(kda ? C * Sk : 0);
     pm.resize(2 * C * C);
-    r.resize(C * Sv);
+    out_r.resize(2 * C * Sv);
+    out_r_factors.resize(2 * C);
     dm.resize(C * Sv);
     pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
 }
@@ -52,7 +53,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
     for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &pm,
-                            &r, &dm, &pack})
+                            &out_r, &out_r_factors, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
 }
@@ -214,12 +215,28 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
 
 namespace {
 
-void solve_deltas(const float *s0, int64_t L, ChunkScratch &w) {
+void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, ChunkScratch &w) {
     const int64_t Sk = w.Sk, Sv = w.Sv;
-    float *R = w.r.data(), *Dm = w.dm.data();
+    float *R = w.r(), *Dm = w.dm.data();
     const float *M = w.m(L);
-    const GatedOperand kg = gated_rows(w, Gated::Kg, L);
-    gemm(L, Sv, Sk, -1.0f, kg.a, rows(s0, Sv), true, R, Sv, w.pack.data(), kg.scales);
+    if (with_out) {
+        // [O; R] = diag(factors) [Qg; Kg] S0 + [0; V]: O's rows read as zeros, row factors
+        // out_scale e_r, then -e_r (KDA: out_scale, -1), the same floats as alpha times the row
+        // factor of the two products on their own.
+        float *factors = w.out_r_factors.data();
+        for (int64_t r = 0; r < L; ++r) {
+            const float e = w.kda ? 1.0f : w.e[r];
+            factors[r] = out_scale * e;
+            factors[L + r] = -1.0f * e;
+        }
+        std::fill_n(w.o(L), L * Sv, 0.0f);
+        GatedOperand qkg = gated_rows(w, Gated::QKg, L);
+        qkg.scales.c_rows = factors;
+        gemm(2 * L, Sv, Sk, 1.0f, qkg.a, rows(s0, Sv), true, w.o(L), Sv, w.pack.data(), qkg.scales);
+    } else {
+        const GatedOperand kg = gated_rows(w, Gated::Kg, L);
+        gemm(L, Sv, Sk, -1.0f, kg.a, rows(s0, Sv), true, R, Sv, w.pack.data(), kg.scales);
+    }
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
     // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
     // then the rows before them inside the block one by one (only M's strict lower triangle is
@@ -254,14 +271,14 @@ void solve_adjoint(int64_t L, int64_t n, const float *beta, const float *M, floa
 }
 
 const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
-                          const float *z, ChunkScratch &w) {
+                          const float *z, ChunkScratch &w, bool with_out, float out_scale) {
     if (z) {
         scale_rows(z, w.beta.data(), L, d.Sv, 1, w.dm.data());  // as solve_deltas ends, row by row
         return z;
     }
-    gather_rows(v, u.h, t0, L, u.b, d.Sv, w.r.data());
-    solve_deltas(s0, L, w);
-    return w.r.data();
+    gather_rows(v, u.h, t0, L, u.b, d.Sv, w.r());
+    solve_deltas(s0, L, with_out, out_scale, w);
+    return w.r();
 }
 
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {

@@ -48,7 +48,12 @@ struct ChunkScratch {
     std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // KDA: L x Sk
     std::vector<float> pm;                // 2L x L: P (rows 0..L-1), then M (KDA: one product of [Qg; Kg] and Kinv^T)
-    std::vector<float> r, dm;             // L x Sv (r: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas)
+    // 2C x Sv: R (rows C ..: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas) and, in the
+    // forward with outputs, the chunk's output rows O in the L rows just above R, so that
+    // [O; R] is one matrix and [Qg; Kg] S0 one product (S0's panels packed once for both).
+    std::vector<float> out_r;
+    std::vector<float> out_r_factors;     // 2L: the row factors of that product
+    std::vector<float> dm;                // L x Sv
     std::vector<float> pack;              // GEMM packing
 
     void resize(const Dims &d, int64_t max_chunk);
@@ -60,6 +65,8 @@ struct ChunkScratch {
     const float *kk(int64_t L) const { return gram_view + L * L; }
     float *p() { return pm.data(); }
     float *m(int64_t L) { return pm.data() + L * L; }
+    float *r() { return out_r.data() + C * Sv; }
+    float *o(int64_t L) { return r() - L * Sv; }
     float *qg() { return qkg.data(); }
     float *kg(int64_t L) { return qkg.data() + L * Sk; }
 };
@@ -139,9 +146,10 @@ void solve_adjoint(int64_t L, int64_t n, const float *beta, const float *M, floa
 // diag(beta) Z). Without z: Dm = A diag(beta) R for R = V - Kg S0 from the unit's V rows, solving
 // (I + diag(beta) M) Dm = diag(beta) R by substitution, Z left in r. With z (a
 // Z this returned earlier for the same chunk and state, L x Sv): Dm = diag(beta) z, the same bits.
-// Returns Z.
+// with_out (no z; prepare_unit_chunk with Q): also out_scale Qg S0 into w.o(L), the first part of
+// the chunk's output. Returns Z.
 const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
-                          const float *z, ChunkScratch &w);
+                          const float *z, ChunkScratch &w, bool with_out = false, float out_scale = 0.0f);
 
 // s_next = diag(gL) s + Kl^T Dm; s_next may be s.
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);

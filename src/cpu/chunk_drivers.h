@@ -22,7 +22,6 @@ inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
 struct ForwardWork {
     ChunkScratch chunk;
     std::vector<float> states;  // units x Sk x Sv: the running states
-    std::vector<float> out_rows;  // C x Sv: a chunk's output rows before they are streamed out
     ChunkPlanner planner;
     std::vector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums the planner kept
     void resize(const Dims &d, int64_t max_chunk);

@@ -11,14 +11,13 @@ namespace gdn::cpu {
 
 void ForwardWork::resize(const Dims &d, int64_t max_chunk) {
     chunk.resize(d, max_chunk);
-    out_rows.resize(max_chunk * d.Sv);
     states.resize(units_of(d) * d.Sk * d.Sv);
     planned_gam.resize(d.gate_width != 1 ? units_of(d) * max_chunk * d.gate_width : 0);
     planner.resize(d);
 }
 
 uint64_t ForwardWork::bytes() const {
-    return chunk.bytes() + (states.size() + out_rows.size()) * sizeof(float) + planned_gam.size() * sizeof(double) +
+    return chunk.bytes() + states.size() * sizeof(float) + planned_gam.size() * sizeof(double) +
            planner.bytes();
 }
 
@@ -52,13 +51,11 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
             float *s = w.states.data() + u * area;
             const KnownGates known{kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr, nullptr};
             prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, known, c);
-            chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c);
+            chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c, with_out, scale);
             if (with_out) {
-                // O = scale (Qg S0 + P Dm) in scratch, then streamed to the unit's output rows
-                // (rows are contiguous with a token stride in floats).
-                float *o = w.out_rows.data();
-                const GatedOperand qg = gated_rows(c, Gated::Qg, L);
-                gemm(L, Sv, Sk, scale, qg.a, rows(s, Sv), false, o, Sv, c.pack.data(), qg.scales);
+                // O = scale (Qg S0 + P Dm) in scratch (chunk_deltas wrote its first part), then
+                // streamed to the unit's output rows (contiguous, a token stride apart).
+                float *o = c.o(L);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
                 store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
                                     token_stride_floats(*a.out));
