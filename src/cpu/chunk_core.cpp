@@ -110,8 +110,10 @@ void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *
 }
 
 void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out) {
-    if (with_qk) lower_product(L, w.Sk, w.q(), w.k(L), out, w.pack.data());
-    lower_product(L, w.Sk, w.k(L), w.k(L), out + L * L, w.pack.data());
+    // With Q, [Q; K] K^T in one product (Q's rows lie just above K's, as do the two triangles):
+    // K^T is packed once for both.
+    if (with_qk) lower_product_rows(L, 2 * L, w.Sk, w.q(), w.k(L), out, w.pack.data());
+    else lower_product(L, w.Sk, w.k(L), w.k(L), out + L * L, w.pack.data());
 }
 
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
