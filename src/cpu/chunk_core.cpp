@@ -229,7 +229,7 @@ void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, Ch
         for (int64_t r = 0; r < L; ++r) {
             const float e = w.kda ? 1.0f : w.e[r];
             factors[r] = out_scale * e;
-            factors[L + r] = -1.0f * e;
+            factors[L + r] = -e;
         }
         std::fill_n(w.o(L), L * Sv, 0.0f);
         GatedOperand qkg = gated_rows(w, Gated::QKg, L);
@@ -273,13 +273,13 @@ void solve_adjoint(int64_t L, int64_t n, const float *beta, const float *M, floa
 }
 
 const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
-                          const float *z, ChunkScratch &w, bool with_out, float out_scale) {
+                          const float *z, ChunkScratch &w, bool with_out) {
     if (z) {
         scale_rows(z, w.beta.data(), L, d.Sv, 1, w.dm.data());  // as solve_deltas ends, row by row
         return z;
     }
     gather_rows(v, u.h, t0, L, u.b, d.Sv, w.r());
-    solve_deltas(s0, L, with_out, out_scale, w);
+    solve_deltas(s0, L, with_out, static_cast<float>(d.scale), w);
     return w.r();
 }
 

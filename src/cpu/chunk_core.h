@@ -52,7 +52,7 @@ struct ChunkScratch {
     // forward with outputs, the chunk's output rows O in the L rows just above R, so that
     // [O; R] is one matrix and [Qg; Kg] S0 one product (S0's panels packed once for both).
     std::vector<float> out_r;
-    std::vector<float> out_r_factors;     // 2L: the row factors of that product
+    std::vector<float> out_r_factors;     // 2C (2L used): the row factors of that product
     std::vector<float> dm;                // L x Sv
     std::vector<float> pack;              // GEMM packing
 
@@ -146,10 +146,10 @@ void solve_adjoint(int64_t L, int64_t n, const float *beta, const float *M, floa
 // diag(beta) Z). Without z: Dm = A diag(beta) R for R = V - Kg S0 from the unit's V rows, solving
 // (I + diag(beta) M) Dm = diag(beta) R by substitution, Z left in r. With z (a
 // Z this returned earlier for the same chunk and state, L x Sv): Dm = diag(beta) z, the same bits.
-// with_out (no z; prepare_unit_chunk with Q): also out_scale Qg S0 into w.o(L), the first part of
-// the chunk's output. Returns Z.
+// with_out (no z; prepare_unit_chunk with Q): also scale Qg S0 into w.o(L), the first part of the
+// chunk's output, in the same product as Kg S0. Returns Z.
 const float *chunk_deltas(const gdn_tensor &v, const Dims &d, ChunkUnit u, int64_t t0, int64_t L, const float *s0,
-                          const float *z, ChunkScratch &w, bool with_out = false, float out_scale = 0.0f);
+                          const float *z, ChunkScratch &w, bool with_out = false);
 
 // s_next = diag(gL) s + Kl^T Dm; s_next may be s.
 void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);

@@ -51,7 +51,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
             float *s = w.states.data() + u * area;
             const KnownGates known{kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr, nullptr};
             prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, known, c);
-            chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c, with_out, scale);
+            chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c, with_out);
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch (chunk_deltas wrote its first part), then
                 // streamed to the unit's output rows (contiguous, a token stride apart).
