@@ -153,7 +153,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
     const int64_t slot = d.T - t1;
     if (a.d_states && slot < d.written_slots()) {
-        load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data());
+        load_state(*a.d_states, d, unit.h, slot * d.B + unit.b, w.d_state.data(), d.Sv);
         axpy(1.0f, w.d_state.data(), dsl, g.area);
     }
     const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept_z, kept_e, dsl, ds0, w);
@@ -174,7 +174,7 @@ void store_ds0(const BackwardArgs &a, int64_t bq, int64_t kh, UnitRange units, G
     if (!a.ds0) return;
     for (int64_t u = units.begin; u < units.end; ++u) {
         const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
-        store_state(*a.ds0, a.dims, unit.h, unit.b, g.carries.data() + g.carry_slab[u] * g.area);
+        store_state(*a.ds0, a.dims, unit.h, unit.b, g.carries.data() + g.carry_slab[u] * g.area, a.dims.Sv);
     }
 }
 
@@ -192,7 +192,7 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
     for (int64_t u = units.begin; u < units.end; ++u) {
         const ChunkUnit unit = group_unit(d, bq, kh, u);
         float *first = checkpoint(g, u, 0);
-        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first);
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, first, d.Sv);
         else std::fill(first, first + g.area, 0.0f);
     }
     for (int64_t ci = 0; ci + 1 < chunks; ++ci) {

@@ -29,6 +29,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     gw = d.gate_width;
     C = max_chunk;
     kda = gw != 1;
+    state_panel = Sv;
     qk_rows.resize(2 * C * Sk);
     gram.resize(kda ? 0 : 2 * C * C);
     beta.resize(C);
@@ -56,6 +57,11 @@ uint64_t ChunkScratch::bytes() const {
                             &out_r, &out_r_factors, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
+}
+
+int64_t forward_state_panel(int64_t Sv) {
+    const int64_t panel = gemm_panel_width();
+    return Sv % panel == 0 ? panel : Sv;
 }
 
 namespace {
@@ -218,7 +224,8 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
 namespace {
 
 void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, ChunkScratch &w) {
-    const int64_t Sk = w.Sk, Sv = w.Sv;
+    const int64_t Sk = w.Sk, Sv = w.Sv, panel = w.state_panel;
+    const StatePanels s{Sk, panel};  // a product per panel of S0, each read in place
     float *R = w.r(), *Dm = w.dm.data();
     const float *M = w.m(L);
     if (with_out) {
@@ -234,10 +241,14 @@ void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, Ch
         std::fill_n(w.o(L), L * Sv, 0.0f);
         GatedOperand qkg = gated_rows(w, Gated::QKg, L);
         qkg.scales.c_rows = factors;
-        gemm(2 * L, Sv, Sk, 1.0f, qkg.a, rows(s0, Sv), true, w.o(L), Sv, w.pack.data(), qkg.scales);
+        for (int64_t j0 = 0; j0 < Sv; j0 += panel)
+            gemm(2 * L, panel, Sk, 1.0f, qkg.a, rows(s0 + s.first_of(j0), panel), true, w.o(L) + j0, Sv,
+                 w.pack.data(), qkg.scales);
     } else {
         const GatedOperand kg = gated_rows(w, Gated::Kg, L);
-        gemm(L, Sv, Sk, -1.0f, kg.a, rows(s0, Sv), true, R, Sv, w.pack.data(), kg.scales);
+        for (int64_t j0 = 0; j0 < Sv; j0 += panel)
+            gemm(L, panel, Sk, -1.0f, kg.a, rows(s0 + s.first_of(j0), panel), true, R + j0, Sv, w.pack.data(),
+                 kg.scales);
     }
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
     // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
@@ -294,7 +305,11 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
         kl_t.scales.c_in = w.gl.data();
         c_scale = 1.0f;
     }
-    gemm(Sk, Sv, L, 1.0f, kl_t.a, rows(w.dm.data(), Sv), c_scale, s_next, Sv, w.pack.data(), kl_t.scales);
+    const int64_t panel = w.state_panel;
+    const StatePanels state{Sk, panel};
+    for (int64_t j0 = 0; j0 < Sv; j0 += panel)
+        gemm(Sk, panel, L, 1.0f, kl_t.a, rows(w.dm.data() + j0, Sv), c_scale, s_next + state.first_of(j0), panel,
+             w.pack.data(), kl_t.scales);
 }
 
 namespace {
@@ -468,34 +483,38 @@ void prefetch_tile(const float *cols, int64_t ld, int64_t Sk, int64_t Sv, int64_
 }
 }  // namespace
 
-void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s) {
+// The 4 x 4 blocks below keep four columns j .. j + 3 (j a multiple of 4) of a state row
+// contiguous: a panel is Sv columns or the kernel's width, a multiple of 4 either way.
+void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s, int64_t panel) {
     const int64_t Sk = d.Sk, Sv = d.Sv, ld = state_column_stride(t);
+    const StatePanels state{Sk, panel};
     const float *cols = state_column(t, 0, h, index);
     for_state_blocks(
         Sk, Sv,
         [&](int64_t i, int64_t j) {
             vec4 y[4];  // y[r] = S(i + r, j .. j + 3)
             load_transposed4(cols + j * ld + i, ld, y);
-            for (int r = 0; r < 4; ++r) std::memcpy(s + (i + r) * Sv + j, &y[r], sizeof(vec4));
+            for (int r = 0; r < 4; ++r) std::memcpy(s + state.at(i + r, j), &y[r], sizeof(vec4));
         },
-        [&](int64_t i, int64_t j) { s[i * Sv + j] = cols[j * ld + i]; },
+        [&](int64_t i, int64_t j) { s[state.at(i, j)] = cols[j * ld + i]; },
         [&](int64_t j0, int64_t i0) { prefetch_tile(cols, ld, Sk, Sv, j0, i0); });
 }
 
 // Non-temporal stores: a state is written once and not read again by this call, and a packed
 // batch writes one per sequence and head (200 MB for 64 sequences at the 27B shape); streaming
 // them skips reading each destination line first.
-void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s) {
-    const int64_t Sv = d.Sv, ld = state_column_stride(t);
+void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s, int64_t panel) {
+    const int64_t ld = state_column_stride(t);
+    const StatePanels state{d.Sk, panel};
     float *cols = state_column(t, 0, h, index);
     for_state_blocks(
-        d.Sk, Sv,
+        d.Sk, d.Sv,
         [&](int64_t i, int64_t j) {
             vec4 y[4];  // y[c] = S(i .. i + 3, j + c): four floats of stored column j + c
-            load_transposed4(s + i * Sv + j, Sv, y);
+            load_transposed4(s + state.at(i, j), panel, y);
             for (int c = 0; c < 4; ++c) stream_vec4(cols + (j + c) * ld + i, y[c]);
         },
-        [&](int64_t i, int64_t j) { stream_float(cols + j * ld + i, s[i * Sv + j]); }, [](int64_t, int64_t) {});
+        [&](int64_t i, int64_t j) { stream_float(cols + j * ld + i, s[state.at(i, j)]); }, [](int64_t, int64_t) {});
 #if defined(__SSE2__)
     _mm_sfence();  // the streamed stores are ordered before anything this thread does next
 #endif

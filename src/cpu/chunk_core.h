@@ -18,7 +18,7 @@
 // exp(-gam) taken as 1 / exp(gam)), which chunk_plan keeps finite by bounding the span of gam
 // inside a chunk.
 //
-// States are Sk x Sv row-major here (S[i][j] at i*Sv + j); memory holds the transpose.
+// States are Sk x Sv here, in column panels (StatePanels below; memory holds the transpose).
 #pragma once
 
 #include <cstdint>
@@ -29,9 +29,27 @@
 
 namespace gdn::cpu {
 
+// A state S (Sk x Sv) as the chunk math keeps it: in column panels of `panel` columns, each an
+// Sk x panel row-major block, the blocks one after another: S[i][j] at
+// (j / panel) * Sk * panel + i * panel + j % panel. panel = Sv is plain row-major (the backward's
+// states); the forward keeps its running states in panels of the GEMM kernel's width
+// (gemm_panel_width), the layout a product reads B in without packing it, so that S0 is not
+// copied into panels for [Qg; Kg] S0 every chunk, and the update writes whole tile rows of a panel.
+struct StatePanels {
+    int64_t Sk, panel;
+    int64_t at(int64_t i, int64_t j) const { return (j / panel) * Sk * panel + i * panel + j % panel; }
+    // The panels from column j0 start j0 * Sk floats into the state (j0 a multiple of panel).
+    int64_t first_of(int64_t j0) const { return j0 * Sk; }
+};
+// The forward's panel width for states of Sv columns: the kernel's, where it divides Sv.
+int64_t forward_state_panel(int64_t Sv);
+
 struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
+    // The panels of the states chunk_deltas and advance_state read and write (resize: Sv,
+    // row-major; the forward sets forward_state_panel).
+    int64_t state_panel = 0;
 
     // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, read on and
     // below the diagonal only: group_gram), in `gram` or wherever gram_view points (the split
@@ -50,7 +68,7 @@ struct ChunkScratch {
     std::vector<float> pm;                // 2L x L: P (rows 0..L-1), then M (KDA: one product of [Qg; Kg] and Kinv^T)
     // 2C x Sv: R (rows C ..: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas) and, in the
     // forward with outputs, the chunk's output rows O in the L rows just above R, so that
-    // [O; R] is one matrix and [Qg; Kg] S0 one product (S0's panels packed once for both).
+    // [O; R] is one matrix and [Qg; Kg] S0 one product (S0's panels read once for both).
     std::vector<float> out_r;
     std::vector<float> out_r_factors;     // 2C (2L used): the row factors of that product
     std::vector<float> dm;                // L x Sv
@@ -176,10 +194,11 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
 // does not read again, so their lines are not read from memory first (nor kept in cache).
 void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd);
 
-// Copies between the memory layout (transposed, strided) and a row-major Sk x Sv state.
+// Copies between the memory layout (transposed, strided) and an Sk x Sv state in panels of
+// `panel` columns (StatePanels; Sv: row-major).
 // Asks the caches for state (h, index) of t (nullptr: nothing), ahead of a load_state.
 void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index);
-void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s);
-void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s);
+void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s, int64_t panel);
+void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s, int64_t panel);
 
 }  // namespace gdn::cpu

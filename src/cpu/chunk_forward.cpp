@@ -27,10 +27,11 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
     const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
     const float scale = static_cast<float>(d.scale);
     ChunkScratch &c = w.chunk;
+    c.state_panel = forward_state_panel(Sv);  // the running states in the kernel's panels (StatePanels)
     for (int64_t u = unit_begin; u < unit_end; ++u) {
         const ChunkUnit unit = group_unit(d, bq, kh, u);
         float *s = w.states.data() + u * area;
-        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s);  // read before any write: states may be s0
+        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s, c.state_panel);  // read before any write: states may be s0
         else std::fill(s, s + area, 0.0f);
     }
     const bool with_out = a.out != nullptr;
@@ -62,7 +63,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
             }
             advance_state(s, s, L, c);
             const int64_t slot = d.T - t1;
-            if (a.states && slot < d.K) store_state(*a.states, d, unit.h, slot * d.B + unit.b, s);
+            if (a.states && slot < d.K) store_state(*a.states, d, unit.h, slot * d.B + unit.b, s, c.state_panel);
         }
         t0 = t1;
     }

@@ -3,8 +3,9 @@
 //
 // A and B are read through Mat views, so the transposes the chunk math needs (K^T D, D S^T, ...)
 // cost no copies of A. A is read in place; B's column panels are packed (zero-padded), except a
-// row-major B read by few row tiles or too wide for half of L1, read in place (unless its rows
-// are scaled: RowScales::b_rows).
+// row-major B read by few row tiles or too wide for half of L1, or one already in panels (its
+// rows gemm_panel_width() floats apart, n a multiple of it), read in place (unless its rows are
+// scaled: RowScales::b_rows).
 // The kernel is chosen once at run time from the host's ISA (x86-64: AVX-512, AVX2+FMA, or SSE2;
 // AArch64: NEON), so one binary runs on every host of its target and every thread uses the same
 // kernel (same bits for any thread count).

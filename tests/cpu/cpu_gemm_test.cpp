@@ -174,6 +174,40 @@ TEST(CpuGemm, PackedAndInPlacePanelsGiveTheSameBits) {
     ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
 }
 
+// A B kept in column panels of the kernel's width (the forward's running states, StatePanels in
+// chunk_core.h) is read in place, a product per panel; the same bits as the product with the
+// row-major B, whose panels are packed. k = 32 and 128: the forward's update and [Qg; Kg] S0.
+TEST(CpuGemm, StateInPanelsGivesTheRowMajorProductsBits) {
+    std::mt19937 rng(12);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        const int64_t panel = gdn::cpu::forward_state_panel(128);
+        ASSERT_EQ(panel, gdn::cpu::gemm_panel_width()) << isa;
+        for (int64_t k : {32, 128}) {
+            const int64_t m = 64, n = 128;
+            const gdn::cpu::StatePanels layout{k, panel};
+            std::vector<float> a(m * k), b(k * n), b_panels(k * n), c0(m * n), pack(gdn::cpu::gemm_pack_floats(k));
+            for (float &x : a) x = u(rng);
+            for (float &x : b) x = u(rng);
+            for (float &x : c0) x = u(rng);
+            for (int64_t i = 0; i < k; ++i)
+                for (int64_t j = 0; j < n; ++j) b_panels[layout.at(i, j)] = b[i * n + j];
+            std::vector<float> row_major = c0, in_panels = c0;
+            gdn::cpu::gemm(m, n, k, 0.5f, gdn::cpu::rows(a.data(), k), gdn::cpu::rows(b.data(), n), 1.0f,
+                           row_major.data(), n, pack.data());
+            for (int64_t j0 = 0; j0 < n; j0 += panel)
+                gdn::cpu::gemm(m, panel, k, 0.5f, gdn::cpu::rows(a.data(), k),
+                               gdn::cpu::rows(b_panels.data() + layout.first_of(j0), panel), 1.0f, in_panels.data() + j0,
+                               n, pack.data());
+            ASSERT_EQ(0, std::memcmp(row_major.data(), in_panels.data(), sizeof(float) * row_major.size()))
+                << isa << " k=" << k;
+            ASSERT_NE(0, std::memcmp(row_major.data(), c0.data(), sizeof(float) * row_major.size()));
+        }
+    }
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
+}
+
 // lower_product is the full A B^T on and below the diagonal, bit for bit (each entry the same sum
 // in the same order), and writes nothing above the diagonal outside its diagonal blocks.
 TEST(CpuGemm, LowerProductIsTheFullProductsLowerTriangle) {
