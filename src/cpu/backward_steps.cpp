@@ -116,7 +116,7 @@ void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
     if (ci + 1 < static_cast<int64_t>(ends.size())) {
         const bool next_gates_kept = replay && gates_kept(g, ends, u, ci + 1);
         prefetch_unit_rows(replay && kept_z ? nullptr : a.v, next_gates_kept ? nullptr : a.g, *a.beta, a.dims, unit, t1,
-                           ends[ci + 1]);
+                           ends[ci + 1], Pages::Read);
     }
     prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
     const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept_z : nullptr, c);
@@ -147,8 +147,9 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
     const float *kept_z = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
     const bool prev_gates_kept = ci > 0 && gates_kept(g, ends, u, ci - 1);
-    prefetch_unit_rows(kept_z ? nullptr : a.v, prev_gates_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0);
-    prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv);
+    prefetch_unit_rows(kept_z ? nullptr : a.v, prev_gates_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0,
+                       Pages::Read);
+    prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
     const int64_t slot = d.T - t1;
@@ -166,8 +167,8 @@ void load_reverse_rows(const BackwardArgs &a, int64_t bq, int64_t kh, const std:
                        ChunkScratch &c) {
     const int64_t t0 = start_of(ends, ci), prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
     load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, true, c);
-    prefetch_rows(a.q, kh, prev_start, t0, bq, a.dims.Sk);
-    prefetch_rows(a.k, kh, prev_start, t0, bq, a.dims.Sk);
+    prefetch_rows(a.q, kh, prev_start, t0, bq, a.dims.Sk, Pages::Read);
+    prefetch_rows(a.k, kh, prev_start, t0, bq, a.dims.Sk, Pages::Read);
 }
 
 void store_ds0(const BackwardArgs &a, int64_t bq, int64_t kh, UnitRange units, GroupBackward &g) {

@@ -350,17 +350,27 @@ GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L) {
     return {transposed(raw_operand(w, x, L), w.Sk), {nullptr, row_factors(w, x)}};
 }
 
-void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats) {
+void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats,
+                   Pages pages) {
     if (t == nullptr) return;
-    for (int64_t r = t_begin; r < t_end; ++r)
-        prefetch_lines(element_ptr(*t, 0, i1, r, i3), row_floats * int64_t(sizeof(float)));
+    constexpr int page_bits = 12;  // 4 KiB pages; rows that share a page (beta, scalar gates) read it once
+    uintptr_t last_page = 0;
+    for (int64_t r = t_begin; r < t_end; ++r) {
+        const void *row = element_ptr(*t, 0, i1, r, i3);
+        if (const uintptr_t page = reinterpret_cast<uintptr_t>(row) >> page_bits;
+            pages == Pages::Read && page != last_page) {
+            last_page = page;
+            (void)*static_cast<const volatile float *>(row);
+        }
+        prefetch_lines(row, row_floats * int64_t(sizeof(float)));
+    }
 }
 
 void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
-                        int64_t t_begin, int64_t t_end) {
-    prefetch_rows(v, u.h, t_begin, t_end, u.b, d.Sv);
-    prefetch_rows(g, u.h, t_begin, t_end, u.b, d.gate_width);
-    prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1);
+                        int64_t t_begin, int64_t t_end, Pages pages) {
+    prefetch_rows(v, u.h, t_begin, t_end, u.b, d.Sv, pages);
+    prefetch_rows(g, u.h, t_begin, t_end, u.b, d.gate_width, pages);
+    prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1, pages);
 }
 
 void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index) {
