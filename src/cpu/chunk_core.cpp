@@ -60,7 +60,7 @@ uint64_t ChunkScratch::bytes() const {
 }
 
 int64_t forward_state_panel(int64_t Sv) {
-    const int64_t panel = gemm_panel_width();
+    const int64_t panel = gemm_wide_panel_width();
     return Sv % panel == 0 ? panel : Sv;
 }
 
@@ -494,7 +494,7 @@ void prefetch_tile(const float *cols, int64_t ld, int64_t Sk, int64_t Sv, int64_
 }  // namespace
 
 // The 4 x 4 blocks below keep four columns j .. j + 3 (j a multiple of 4) of a state row
-// contiguous: a panel is Sv columns or the kernel's width, a multiple of 4 either way.
+// contiguous: a panel is the kernel's width (a multiple of 4), or Sv (the whole row).
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s, int64_t panel) {
     const int64_t Sk = d.Sk, Sv = d.Sv, ld = state_column_stride(t);
     const StatePanels state{Sk, panel};

@@ -32,9 +32,10 @@ namespace gdn::cpu {
 // A state S (Sk x Sv) as the chunk math keeps it: in column panels of `panel` columns, each an
 // Sk x panel row-major block, the blocks one after another: S[i][j] at
 // (j / panel) * Sk * panel + i * panel + j % panel. panel = Sv is plain row-major (the backward's
-// states); the forward keeps its running states in panels of the GEMM kernel's width
-// (gemm_panel_width), the layout a product reads B in without packing it, so that S0 is not
-// copied into panels for [Qg; Kg] S0 every chunk, and the update writes whole tile rows of a panel.
+// states); the forward keeps its running states in panels of the GEMM kernel's widest tile
+// (gemm_wide_panel_width: 16 columns on AVX2, 64 on AVX-512), the layout a product reads B in
+// without packing it, so that S0 is not copied into panels for [Qg; Kg] S0 every chunk, and the
+// update writes whole tile rows of a panel.
 struct StatePanels {
     int64_t Sk, panel;
     int64_t at(int64_t i, int64_t j) const { return (j / panel) * Sk * panel + i * panel + j % panel; }
@@ -174,7 +175,7 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 
 // Asks for the rows [t_begin, t_end) of tensor t at (i1, i3) to be brought into cache: the next
 // chunk's rows of the strided q/k/v views are each a page apart. Pages::Read also reads one float
-// of each page (the first row on it) so that the page's translation is in the TLB when the
+// of each page a row starts on (once per page) so that its translation is in the TLB when the
 // prefetches go out: a prefetch whose page misses the TLB was seen not to bring its line (a
 // chunk's v rows took twice as long to gather without the read). The read waits on memory, which
 // costs the forward what it saves (neutral) but pays in the backward, whose unit steps are three

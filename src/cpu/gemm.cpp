@@ -10,6 +10,7 @@ namespace gdn::cpu {
     void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c,          \
               int64_t ldc, float *pack, RowScales scales);                                                 \
     int64_t panel_width();                                                                                 \
+    int64_t wide_panel_width();                                                                            \
     }
 #if defined(__x86_64__)
 GDN_DECLARE_KERNEL(avx512)
@@ -29,6 +30,7 @@ using Kernel = void (*)(int64_t, int64_t, int64_t, float, Mat, Mat, float, float
 struct Choice {
     Kernel kernel;
     int64_t (*panel_width)();
+    int64_t (*wide_panel_width)();
     const char *name;
 };
 
@@ -38,14 +40,14 @@ struct Choice {
 // and is kept on AArch64 as the baseline the tests and the benchmark compare "neon" with.
 constexpr Choice kKernels[] = {
 #if defined(__x86_64__)
-    {avx512::gemm, avx512::panel_width, "avx512"},
-    {avx2::gemm, avx2::panel_width, "avx2"},
-    {sse2::gemm, sse2::panel_width, "sse2"},
+    {avx512::gemm, avx512::panel_width, avx512::wide_panel_width, "avx512"},
+    {avx2::gemm, avx2::panel_width, avx2::wide_panel_width, "avx2"},
+    {sse2::gemm, sse2::panel_width, sse2::wide_panel_width, "sse2"},
 #elif defined(__aarch64__)
-    {neon::gemm, neon::panel_width, "neon"},
-    {generic::gemm, generic::panel_width, "generic"},
+    {neon::gemm, neon::panel_width, neon::wide_panel_width, "neon"},
+    {generic::gemm, generic::panel_width, generic::wide_panel_width, "generic"},
 #else
-    {generic::gemm, generic::panel_width, "generic"},
+    {generic::gemm, generic::panel_width, generic::wide_panel_width, "generic"},
 #endif
 };
 
@@ -84,6 +86,8 @@ void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_sc
 }
 
 int64_t gemm_panel_width() { return current().panel_width(); }
+
+int64_t gemm_wide_panel_width() { return current().wide_panel_width(); }
 
 int64_t gemm_pack_floats(int64_t k) { return (k > 0 ? k : 1) * 64; }  // k x NR, NR <= 64
 

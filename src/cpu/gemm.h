@@ -3,9 +3,9 @@
 //
 // A and B are read through Mat views, so the transposes the chunk math needs (K^T D, D S^T, ...)
 // cost no copies of A. A is read in place; B's column panels are packed (zero-padded), except a
-// row-major B read by few row tiles or too wide for half of L1, or one already in panels (its
-// rows gemm_panel_width() floats apart, n a multiple of it), read in place (unless its rows are
-// scaled: RowScales::b_rows).
+// row-major B read by few row tiles or too wide for half of L1, or one panel of a matrix kept in
+// panels (B's rows exactly as many floats apart as the columns of the tile the product takes,
+// n that many: one call per panel), read in place (unless its rows are scaled: RowScales::b_rows).
 // The kernel is chosen once at run time from the host's ISA (x86-64: AVX-512, AVX2+FMA, or SSE2;
 // AArch64: NEON), so one binary runs on every host of its target and every thread uses the same
 // kernel (same bits for any thread count).
@@ -49,6 +49,10 @@ int64_t gemm_pack_floats(int64_t k);
 // whose products with no side of 32 or less take 64-column tiles): callers that cut a product into
 // column blocks keep them multiples of it.
 int64_t gemm_panel_width();
+// Columns of the widest micro-tile (the same as gemm_panel_width but for AVX-512: 64): a product
+// with no side under it takes that tile, so a matrix kept in panels of this width is read in
+// place by such products (the forward's [Qg; Kg] S0; chunk_core.h, StatePanels).
+int64_t gemm_wide_panel_width();
 
 // The kernel in use: "avx512", "avx2" or "sse2" on x86-64, "neon" on AArch64, "generic" elsewhere.
 const char *gemm_isa();

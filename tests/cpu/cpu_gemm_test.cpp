@@ -174,35 +174,56 @@ TEST(CpuGemm, PackedAndInPlacePanelsGiveTheSameBits) {
     ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
 }
 
-// A B kept in column panels of the kernel's width (the forward's running states, StatePanels in
-// chunk_core.h) is read in place, a product per panel; the same bits as the product with the
-// row-major B, whose panels are packed. k = 32 and 128: the forward's update and [Qg; Kg] S0.
+// A state kept in column panels of the kernel's widest tile (the forward's running states,
+// StatePanels in chunk_core.h), a product per panel, gives the bits of the row-major state's
+// products on every ISA: read as B (panels read in place, [Qg; Kg] S0: m = 64, k = 128) and
+// updated as C (C = c_scale C + A B, the update S = gL S + Kl^T Dm: m = 128, k = 32).
 TEST(CpuGemm, StateInPanelsGivesTheRowMajorProductsBits) {
     std::mt19937 rng(12);
     std::uniform_real_distribution<float> u(-1, 1);
     for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
-        const int64_t panel = gdn::cpu::forward_state_panel(128);
-        ASSERT_EQ(panel, gdn::cpu::gemm_panel_width()) << isa;
-        for (int64_t k : {32, 128}) {
-            const int64_t m = 64, n = 128;
-            const gdn::cpu::StatePanels layout{k, panel};
-            std::vector<float> a(m * k), b(k * n), b_panels(k * n), c0(m * n), pack(gdn::cpu::gemm_pack_floats(k));
+        const int64_t Sk = 128, Sv = 128, panel = gdn::cpu::forward_state_panel(Sv);
+        ASSERT_EQ(panel, gdn::cpu::gemm_wide_panel_width()) << isa;
+        ASSERT_LT(panel, Sv) << isa;
+        const gdn::cpu::StatePanels layout{Sk, panel};
+        std::vector<float> state(Sk * Sv), state_panels(Sk * Sv), pack(gdn::cpu::gemm_pack_floats(Sk));
+        for (float &x : state) x = u(rng);
+        for (int64_t i = 0; i < Sk; ++i)
+            for (int64_t j = 0; j < Sv; ++j) state_panels[layout.at(i, j)] = state[i * Sv + j];
+
+        // As B: out (64 x Sv) += a (64 x Sk) S.
+        {
+            const int64_t m = 64;
+            std::vector<float> a(m * Sk), c0(m * Sv);
             for (float &x : a) x = u(rng);
-            for (float &x : b) x = u(rng);
             for (float &x : c0) x = u(rng);
-            for (int64_t i = 0; i < k; ++i)
-                for (int64_t j = 0; j < n; ++j) b_panels[layout.at(i, j)] = b[i * n + j];
             std::vector<float> row_major = c0, in_panels = c0;
-            gdn::cpu::gemm(m, n, k, 0.5f, gdn::cpu::rows(a.data(), k), gdn::cpu::rows(b.data(), n), 1.0f,
-                           row_major.data(), n, pack.data());
-            for (int64_t j0 = 0; j0 < n; j0 += panel)
-                gdn::cpu::gemm(m, panel, k, 0.5f, gdn::cpu::rows(a.data(), k),
-                               gdn::cpu::rows(b_panels.data() + layout.first_of(j0), panel), 1.0f, in_panels.data() + j0,
-                               n, pack.data());
-            ASSERT_EQ(0, std::memcmp(row_major.data(), in_panels.data(), sizeof(float) * row_major.size()))
-                << isa << " k=" << k;
+            gdn::cpu::gemm(m, Sv, Sk, 0.5f, gdn::cpu::rows(a.data(), Sk), gdn::cpu::rows(state.data(), Sv), 1.0f,
+                           row_major.data(), Sv, pack.data());
+            for (int64_t j0 = 0; j0 < Sv; j0 += panel)
+                gdn::cpu::gemm(m, panel, Sk, 0.5f, gdn::cpu::rows(a.data(), Sk),
+                               gdn::cpu::rows(state_panels.data() + layout.first_of(j0), panel), 1.0f,
+                               in_panels.data() + j0, Sv, pack.data());
+            ASSERT_EQ(0, std::memcmp(row_major.data(), in_panels.data(), sizeof(float) * row_major.size())) << isa;
             ASSERT_NE(0, std::memcmp(row_major.data(), c0.data(), sizeof(float) * row_major.size()));
+        }
+        // As C: S = 0.75 S + a^T d for a (k x Sk, read transposed) and d (k x Sv).
+        {
+            const int64_t k = 32;
+            std::vector<float> a(k * Sk), d(k * Sv);
+            for (float &x : a) x = u(rng);
+            for (float &x : d) x = u(rng);
+            std::vector<float> row_major = state, in_panels = state_panels;
+            gdn::cpu::gemm(Sk, Sv, k, 1.0f, gdn::cpu::transposed(a.data(), Sk), gdn::cpu::rows(d.data(), Sv), 0.75f,
+                           row_major.data(), Sv, pack.data());
+            for (int64_t j0 = 0; j0 < Sv; j0 += panel)
+                gdn::cpu::gemm(Sk, panel, k, 1.0f, gdn::cpu::transposed(a.data(), Sk), gdn::cpu::rows(d.data() + j0, Sv),
+                               0.75f, in_panels.data() + layout.first_of(j0), panel, pack.data());
+            for (int64_t i = 0; i < Sk; ++i)
+                for (int64_t j = 0; j < Sv; ++j)
+                    ASSERT_EQ(row_major[i * Sv + j], in_panels[layout.at(i, j)]) << isa << " S(" << i << ", " << j << ")";
+            ASSERT_NE(0, std::memcmp(row_major.data(), state.data(), sizeof(float) * row_major.size()));
         }
     }
     ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
