@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "case.h"
+#include "cpu/gemm.h"
 #include "metrics.h"
 #include "problem_data.h"
 #include "runner.h"
@@ -119,6 +120,42 @@ TEST_P(Parity, MatchesRef) {
         EXPECT_LE(cmp.nmse, t.nmse) << name << ": " << cmp.describe();
         EXPECT_LE(cmp.max_rel, t.max_rel) << name << ": " << cmp.describe();
     }
+}
+
+// The same check with each GEMM kernel this host has (the suite above runs the best one only):
+// the forward keeps its states in panels of the kernel's widest tile (8 columns for SSE2 and
+// generic, 16 for AVX2 and NEON, 64 for AVX-512), read and written by load_state, store_state
+// and the per-panel products. Sv = 128 and 96 (several panels; 96 is not a multiple of 64, so
+// AVX-512 keeps row-major states there), s0 and snapshots, both gate kinds and ops.
+TEST(ParityKernels, MatchesRefWithEveryKernel) {
+    int kernels = 0;
+    for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
+        if (!gdn::cpu::gemm_force_isa(isa)) continue;
+        ++kernels;
+        for (int64_t sv : {128, 96})
+            for (bool kda : {false, true})
+                for (Op op : {Op::Forward, Op::Backward}) {
+                    const Case c = make(op, {64, sv, 1, 2, 70, 1, 1, 3}, kda, GDN_HEAD_MAP_TILED, true, true, Gate::Mild,
+                                        BetaFill::Random);
+                    SCOPED_TRACE(std::string(isa) + " " + c.label());
+                    BackendSession ref({"REF", "ref", 0}, 1), cpu({"CPU", "cpu", 0}, 2);
+                    ASSERT_TRUE(ref.ok() && cpu.ok());
+                    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+                    RunResult expected = run_case(c, inputs, ref), actual = run_case(c, inputs, cpu);
+                    ASSERT_EQ(actual.status, GDN_OK) << actual.error;
+                    const std::vector<std::string> names = op == Op::Forward
+                                                               ? std::vector<std::string>{"out", "states"}
+                                                               : std::vector<std::string>{"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+                    for (const std::string &name : names) {
+                        const Comparison cmp = compare(actual.outputs.read(name), expected.outputs.read(name));
+                        const Threshold t = test_threshold(c, name);
+                        EXPECT_LE(cmp.nmse, t.nmse) << name << ": " << cmp.describe();
+                        EXPECT_LE(cmp.max_rel, t.max_rel) << name << ": " << cmp.describe();
+                    }
+                }
+    }
+    EXPECT_GE(kernels, 2);  // the target's baseline and at least one more (x86-64: generic is not built)
+    ASSERT_TRUE(gdn::cpu::gemm_force_isa(gdn::cpu::gemm_best_isa()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Parity, ::testing::ValuesIn(parity_cases()),
