@@ -181,23 +181,26 @@ TEST(CpuGemm, PackedAndInPlacePanelsGiveTheSameBits) {
 TEST(CpuGemm, StateInPanelsGivesTheRowMajorProductsBits) {
     std::mt19937 rng(12);
     std::uniform_real_distribution<float> u(-1, 1);
+    auto random_floats = [&](int64_t n) {
+        std::vector<float> v(n);
+        for (float &x : v) x = u(rng);
+        return v;
+    };
     for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
         const int64_t Sk = 128, Sv = 128, panel = gdn::cpu::forward_state_panel(Sv);
         ASSERT_EQ(panel, gdn::cpu::gemm_wide_panel_width()) << isa;
         ASSERT_LT(panel, Sv) << isa;
         const gdn::cpu::StatePanels layout{Sk, panel};
-        std::vector<float> state(Sk * Sv), state_panels(Sk * Sv), pack(gdn::cpu::gemm_pack_floats(Sk));
-        for (float &x : state) x = u(rng);
+        const std::vector<float> state = random_floats(Sk * Sv);
+        std::vector<float> state_panels(Sk * Sv), pack(gdn::cpu::gemm_pack_floats(Sk));
         for (int64_t i = 0; i < Sk; ++i)
             for (int64_t j = 0; j < Sv; ++j) state_panels[layout.at(i, j)] = state[i * Sv + j];
 
         // As B: out (64 x Sv) += a (64 x Sk) S.
         {
             const int64_t m = 64;
-            std::vector<float> a(m * Sk), c0(m * Sv);
-            for (float &x : a) x = u(rng);
-            for (float &x : c0) x = u(rng);
+            const std::vector<float> a = random_floats(m * Sk), c0 = random_floats(m * Sv);
             std::vector<float> row_major = c0, in_panels = c0;
             gdn::cpu::gemm(m, Sv, Sk, 0.5f, gdn::cpu::rows(a.data(), Sk), gdn::cpu::rows(state.data(), Sv), 1.0f,
                            row_major.data(), Sv, pack.data());
@@ -211,9 +214,7 @@ TEST(CpuGemm, StateInPanelsGivesTheRowMajorProductsBits) {
         // As C: S = 0.75 S + a^T d for a (k x Sk, read transposed) and d (k x Sv).
         {
             const int64_t k = 32;
-            std::vector<float> a(k * Sk), d(k * Sv);
-            for (float &x : a) x = u(rng);
-            for (float &x : d) x = u(rng);
+            const std::vector<float> a = random_floats(k * Sk), d = random_floats(k * Sv);
             std::vector<float> row_major = state, in_panels = state_panels;
             gdn::cpu::gemm(Sk, Sv, k, 1.0f, gdn::cpu::transposed(a.data(), Sk), gdn::cpu::rows(d.data(), Sv), 0.75f,
                            row_major.data(), Sv, pack.data());
