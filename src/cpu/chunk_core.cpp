@@ -223,9 +223,17 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
 
 namespace {
 
+// c (m rows, Sv floats apart) += alpha A S0 for S0 in the scratch's state panels (A with its row
+// scales): a product per panel, each panel read in place.
+void add_times_state(int64_t m, float alpha, const GatedOperand &a, const float *s0, float *c, ChunkScratch &w) {
+    const StatePanels state{w.Sk, w.state_panel};
+    for (int64_t j0 = 0; j0 < w.Sv; j0 += state.panel)
+        gemm(m, state.panel, w.Sk, alpha, a.a, rows(s0 + state.first_of(j0), state.panel), true, c + j0, w.Sv,
+             w.pack.data(), a.scales);
+}
+
 void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, ChunkScratch &w) {
-    const int64_t Sk = w.Sk, Sv = w.Sv, panel = w.state_panel;
-    const StatePanels s{Sk, panel};  // a product per panel of S0, each read in place
+    const int64_t Sv = w.Sv;
     float *R = w.r(), *Dm = w.dm.data();
     const float *M = w.m(L);
     if (with_out) {
@@ -241,14 +249,9 @@ void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, Ch
         std::fill_n(w.o(L), L * Sv, 0.0f);
         GatedOperand qkg = gated_rows(w, Gated::QKg, L);
         qkg.scales.c_rows = factors;
-        for (int64_t j0 = 0; j0 < Sv; j0 += panel)
-            gemm(2 * L, panel, Sk, 1.0f, qkg.a, rows(s0 + s.first_of(j0), panel), true, w.o(L) + j0, Sv,
-                 w.pack.data(), qkg.scales);
+        add_times_state(2 * L, 1.0f, qkg, s0, w.o(L), w);
     } else {
-        const GatedOperand kg = gated_rows(w, Gated::Kg, L);
-        for (int64_t j0 = 0; j0 < Sv; j0 += panel)
-            gemm(L, panel, Sk, -1.0f, kg.a, rows(s0 + s.first_of(j0), panel), true, R + j0, Sv, w.pack.data(),
-                 kg.scales);
+        add_times_state(L, -1.0f, gated_rows(w, Gated::Kg, L), s0, R, w);
     }
     // (I + diag(beta) M) Dm = diag(beta) R by forward substitution, Dm_r = beta_r (R_r - sum_{s<r}
     // M_rs Dm_s), in row blocks of 16: a block's rows take the earlier blocks' part as one product,
@@ -357,11 +360,9 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
     uintptr_t last_page = 0;
     for (int64_t r = t_begin; r < t_end; ++r) {
         const void *row = element_ptr(*t, 0, i1, r, i3);
-        if (const uintptr_t page = reinterpret_cast<uintptr_t>(row) >> page_bits;
-            pages == Pages::Read && page != last_page) {
-            last_page = page;
-            (void)*static_cast<const volatile float *>(row);
-        }
+        const uintptr_t page = reinterpret_cast<uintptr_t>(row) >> page_bits;
+        if (pages == Pages::Read && page != last_page) (void)*static_cast<const volatile float *>(row);
+        last_page = page;
         prefetch_lines(row, row_floats * int64_t(sizeof(float)));
     }
 }
