@@ -1,5 +1,6 @@
 #include "api_target.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -150,12 +151,13 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
     const std::vector<Dense> ref = reference_outputs(c, before);
     const bool tame = exact || all_inputs_tame(c, before);
     const int64_t T = c.t[Q].ne[2], B = c.t[V].ne[3];
-    // Packed sequences: slot s of sequence n (index s*N + n) is written when s < its length.
+    // Slot s of a sequence is written when s < its length, and slot 0 always (SPEC 2: with no
+    // tokens the final state is the initial state). Packed: slot s of sequence n is index s*N + n.
     const std::vector<int64_t> offsets = c.cu_seqlens.data ? offsets_of(c.cu_seqlens) : std::vector<int64_t>{};
     auto slot_written = [&](int64_t index) {
-        if (offsets.empty()) return index / B < T;
+        if (offsets.empty()) return index / B < std::max<int64_t>(T, 1);
         const int64_t N = static_cast<int64_t>(offsets.size()) - 1, n = index % N;
-        return index / N < offsets[n + 1] - offsets[n];
+        return index / N < std::max<int64_t>(offsets[n + 1] - offsets[n], 1);
     };
     for (int s = 0; s < kSlots; ++s) {
         if (!c.present(s) || !c.is_output(s)) continue;

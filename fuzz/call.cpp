@@ -239,7 +239,8 @@ void mutate(Call &c, ByteReader &in) {
         case 11: {
             const float scales[6] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                                      -1.0f, 1e30f, 1e-40f, -0.0f};
-            c.scale = scales[in.below(6)];
+            if (in.bit()) c.scale_is_explicit = !c.scale_is_explicit;
+            else c.scale = scales[in.below(6)];
             break;
         }
         case 12: t.nb[d] = t.nb[in.below(4)]; break;  // two dimensions with one stride: overlap
@@ -283,9 +284,14 @@ std::vector<int64_t> offsets_of(const gdn_tensor &t) {
 }
 
 bool tensor_span(const gdn_tensor &t, int64_t &span) {
+    span = 0;
+    for (int d = 0; d < 4; ++d) {
+        if (t.ne[d] < 0) return false;
+        if (t.ne[d] == 0) return true;  // empty: no bytes
+    }
     span = element_bytes(raw_type(t));
     for (int d = 0; d < 4; ++d) {
-        if (t.ne[d] < 1 || t.nb[d] < 0) return false;
+        if (t.nb[d] < 0) return false;
         int64_t step;
         if (__builtin_mul_overflow(t.ne[d] - 1, t.nb[d], &step) || __builtin_add_overflow(span, step, &span)) return false;
     }
@@ -312,6 +318,7 @@ gdn_problem Call::problem() const {
     p.beta = t[BETA];
     p.state = t[STATE];
     p.scale = scale;
+    p.scale_is_explicit = scale_is_explicit;
     std::memcpy(&p.head_map, &head_map, sizeof head_map);
     p.cu_seqlens = cu_seqlens;
     return p;

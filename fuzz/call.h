@@ -37,7 +37,8 @@ struct Call {
     gdn_tensor t[kSlots] = {};
     bool pointer_passed[kSlots] = {};  // out, states, d_out, d_states: pointer given (else NULL)
     bool problem_null = false, grads_null = false;
-    float scale = 0.0f;
+    double scale = 0.0;
+    int scale_is_explicit = 0;     // SPEC 2: scale used as given, 0 included
     int head_map = GDN_HEAD_MAP_TILED;
 
     // Packed sequences (docs/VARLEN.md): N sequences in one stream (B = Bq = 1), the offsets

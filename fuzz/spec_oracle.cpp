@@ -9,23 +9,24 @@ namespace {
 
 std::string say(const char *slot, const char *what) { return std::string(slot) + ": " + what; }
 
-// The rules a tensor obeys on its own (SPEC 3: counts >= 1, nb[0] = element size, positive
-// strides that are multiples of the element size, aligned data, an extent that fits the
-// address space).
+// The rules a tensor obeys on its own (SPEC 3: counts >= 0; unless it is empty, nb[0] = element
+// size, positive strides that are multiples of the element size, aligned data, an extent that
+// fits the address space).
 bool intrinsic(const gdn_tensor &t, const char *name, std::string &why) {
     const int64_t elem = element_bytes(raw_type(t));
     if (elem == 0) return why = say(name, "type is not a gdn_type"), false;
     for (int d = 0; d < 4; ++d)
-        if (t.ne[d] < 1) return why = say(name, "a count below 1"), false;
+        if (t.ne[d] < 0) return why = say(name, "a negative count"), false;
+    int64_t count = 1;
+    for (int d = 0; d < 4; ++d)
+        if (__builtin_mul_overflow(count, t.ne[d], &count)) return why = say(name, "element count overflows"), false;
+    if (count == 0) return true;  // nothing addressed: no stride, alignment or span to get wrong
     if (t.nb[0] != elem) return why = say(name, "nb[0] is not the element size"), false;
     for (int d = 1; d < 4; ++d)
         if (t.nb[d] < 1) return why = say(name, "a stride below 1"), false;
     for (int d = 1; d < 4; ++d)
         if (t.nb[d] % elem != 0) return why = say(name, "a stride that is not a multiple of the element size"), false;
     if (reinterpret_cast<uintptr_t>(t.data) % elem != 0) return why = say(name, "data not aligned to the element size"), false;
-    int64_t count = 1;
-    for (int d = 0; d < 4; ++d)
-        if (__builtin_mul_overflow(count, t.ne[d], &count)) return why = say(name, "element count overflows"), false;
     int64_t span;
     if (!tensor_span(t, span)) return why = say(name, "byte span overflows"), false;
     uintptr_t end;
@@ -33,6 +34,9 @@ bool intrinsic(const gdn_tensor &t, const char *name, std::string &why) {
         return why = say(name, "extent wraps the address space"), false;
     return true;
 }
+
+// Elements of a tensor that passed intrinsic (non-negative counts, no overflow).
+int64_t element_count(const gdn_tensor &t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
 bool shape_is(const gdn_tensor &t, int64_t a, int64_t b, int64_t c, int64_t d) {
     return t.ne[0] == a && t.ne[1] == b && t.ne[2] == c && t.ne[3] == d;
@@ -165,13 +169,16 @@ Judgement judge(const Call &c) {
         return j;
     };
     if (c.problem_null) return invalid("problem is NULL");
-    for (int i = Q; i <= BETA; ++i)
-        if (c.t[i].data == nullptr) return invalid(say(slot_name(i), "required but NULL"));
     if (c.head_map != GDN_HEAD_MAP_TILED && c.head_map != GDN_HEAD_MAP_GROUPED) return invalid("head_map out of range");
     if (!std::isfinite(c.scale)) return invalid("scale not finite");
     if (c.backward && c.grads_null) return invalid("grads is NULL");
 
     std::string why;
+    // q, k, v, g, beta are always read as tensors; NULL data is fine only with no elements.
+    for (int i = Q; i <= BETA; ++i) {
+        if (!intrinsic(c.t[i], slot_name(i), why)) return invalid(why);
+        if (c.t[i].data == nullptr && element_count(c.t[i]) != 0) return invalid(say(slot_name(i), "required but NULL"));
+    }
     for (int i = 0; i < kSlots; ++i)
         if (c.present(i) && !intrinsic(c.t[i], slot_name(i), why)) return invalid(why);
     const bool packed = c.cu_seqlens.data != nullptr;
@@ -182,20 +189,23 @@ Judgement judge(const Call &c) {
 
     const gdn_tensor &q = c.t[Q], &v = c.t[V];
     const int64_t Sk = q.ne[0], Hk = q.ne[1], T = q.ne[2], Bq = q.ne[3], Sv = v.ne[0], Hv = v.ne[1], B = v.ne[3];
-    // docs/VARLEN.md: offsets are I32 / I64 [N+1, 1, 1, 1] with N >= 1 over one stream (B = Bq = 1);
+    // docs/VARLEN.md: offsets are I32 / I64 [N+1, 1, 1, 1] with N >= 0 over one stream (B = Bq = 1);
     // the states are then per sequence (N where B was).
     int64_t S0 = B;
     if (packed) {
         const gdn_tensor &o = c.cu_seqlens;
         if (!integer_type(raw_type(o))) return invalid("cu_seqlens: not I32 / I64");
-        if (o.ne[0] < 2 || o.ne[1] != 1 || o.ne[2] != 1 || o.ne[3] != 1) return invalid("cu_seqlens shape");
+        if (o.ne[0] < 1 || o.ne[1] != 1 || o.ne[2] != 1 || o.ne[3] != 1) return invalid("cu_seqlens shape");
         if (B != 1 || Bq != 1) return invalid("cu_seqlens with more than one stream");
         S0 = o.ne[0] - 1;
     }
+    // SPEC 3: only tokens and sequences may be 0; B = 0 exactly when Bq = 0.
+    if (Sk < 1 || Hk < 1 || Sv < 1 || Hv < 1) return invalid("a head size or head count of 0");
     if (!shape_is(c.t[K], Sk, Hk, T, Bq)) return invalid("k shape differs from q");
     if (v.ne[2] != T) return invalid("v tokens differ from q");
     if (Hv % Hk != 0) return invalid("Hk does not divide Hv");
-    if (B % Bq != 0) return invalid("Bq does not divide B");
+    if ((B == 0) != (Bq == 0)) return invalid("sequences without q/k sequences, or the other way round");
+    if (B > 0 && B % Bq != 0) return invalid("Bq does not divide B");
     const int64_t gw = c.t[G].ne[0];
     if ((gw != 1 && gw != Sk) || !shape_is(c.t[G], gw, Hv, T, B)) return invalid("g shape");
     if (!shape_is(c.t[BETA], 1, Hv, T, B)) return invalid("beta shape");
@@ -205,7 +215,8 @@ Judgement judge(const Call &c) {
     for (int s : {STATES, D_STATES}) {
         if (!c.present(s)) continue;
         const gdn_tensor &x = c.t[s];
-        if (x.ne[3] % S0 != 0 || !shape_is(x, Sk, Sv, Hv, x.ne[3])) return invalid(say(slot_name(s), "shape"));
+        const bool slots_ok = S0 == 0 ? x.ne[3] == 0 : x.ne[3] >= 1 && x.ne[3] % S0 == 0;  // K >= 1 snapshots
+        if (!slots_ok || !shape_is(x, Sk, Sv, Hv, x.ne[3])) return invalid(say(slot_name(s), "shape"));
     }
     const int grad_of[] = {Q, K, V, G, BETA};
     for (int i = 0; i < 5; ++i) {
@@ -217,12 +228,12 @@ Judgement judge(const Call &c) {
 
     j.verdict = check_overlaps(c, j.reason);
     if (j.verdict != Verdict::Valid || !packed) return j;
-    // The offsets' values, once nothing else is wrong: 0 first, T last, strictly increasing.
+    // The offsets' values, once nothing else is wrong: 0 first, T last, never decreasing.
     if (!offsets_in_arena(c)) return j.verdict = Verdict::Unknown, j;
     const std::vector<int64_t> offsets = offsets_of(c.cu_seqlens);
     if (offsets.front() != 0 || offsets.back() != T) return invalid("cu_seqlens: not from 0 to T");
     for (size_t n = 1; n < offsets.size(); ++n)
-        if (offsets[n] <= offsets[n - 1]) return invalid("cu_seqlens: not strictly increasing");
+        if (offsets[n] < offsets[n - 1]) return invalid("cu_seqlens: decreasing");
     return j;
 }
 

@@ -62,6 +62,14 @@ gdn::Status read_offsets(gdn_context *ctx, Args &args) {
     return gdn::validate_offsets(args.dims, args.offsets);
 }
 
+// Sequences without tokens compute nothing: their states pass through (core/empty_sequences.h).
+// Run after the backend, so that a call that fails leaves every output as it was.
+template <class Args>
+gdn::Status copy_empty_sequences(gdn_context *ctx, const Args &args) {
+    for (const gdn::StateCopy &c : gdn::empty_sequence_copies(args)) GDN_TRY(ctx->backend->copy_state(c));
+    return {};
+}
+
 // How a call runs: a dry run (check), the whole call, or share ith of nth (gdn_forward_share).
 struct Mode {
     bool compute = true, share = false;
@@ -86,7 +94,9 @@ gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor 
         GDN_TRY(read_offsets(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, false));
         if (!m.compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
-        return m.share ? ctx->backend->forward_share(args, m.ith, m.nth) : ctx->backend->forward(args);
+        if (gdn::sequences_with_tokens(args.dims, args.offsets) > 0)
+            GDN_TRY(m.share ? ctx->backend->forward_share(args, m.ith, m.nth) : ctx->backend->forward(args));
+        return m.ith == 0 ? copy_empty_sequences(ctx, args) : gdn::Status{};
     });
 }
 
@@ -101,7 +111,9 @@ gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor
         GDN_TRY(ctx->backend->supports(args.dims, true));
         const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;
         if (!m.compute || !wanted) return {};  // nothing asked for
-        return m.share ? ctx->backend->backward_share(args, m.ith, m.nth) : ctx->backend->backward(args);
+        if (gdn::sequences_with_tokens(args.dims, args.offsets) > 0)
+            GDN_TRY(m.share ? ctx->backend->backward_share(args, m.ith, m.nth) : ctx->backend->backward(args));
+        return m.ith == 0 ? copy_empty_sequences(ctx, args) : gdn::Status{};
     });
 }
 

@@ -17,6 +17,11 @@
  * Every call validates all of its arguments before it writes anything: on error the outputs
  * are untouched and gdn_last_error(ctx) names the tensor, dimension and values at fault.
  *
+ * Empty problems are valid: T = 0 tokens (ne[2] of q/k/v/g/beta/out) or B = 0 sequences (ne[3];
+ * then Bq = 0 too) compute nothing and write each sequence's initial state (zero when state is
+ * absent) to its final-state slot; the backward writes the final state's gradient to grads.state.
+ * A tensor with no elements may have data == NULL. Head sizes and head counts are at least 1.
+ *
  * Packed variable-length batches: set gdn_problem.cu_seqlens (N + 1 offsets, as FLA's
  * cu_seqlens). The rules (shapes, snapshots, pointer kinds, errors) are in docs/VARLEN.md.
  *
@@ -72,12 +77,13 @@ typedef enum {
 typedef struct gdn_problem {              /* the forward's inputs, shared by both ops */
     gdn_tensor   q, k, v, g, beta;        /* [Sk,Hk,T,Bq] [Sk,Hk,T,Bq] [Sv,Hv,T,B] [1|Sk,Hv,T,B] [1,Hv,T,B] */
     gdn_tensor   state;                   /* s0, [Sk,Sv,Hv,B]; data == NULL: zero initial state */
-    float        scale;                   /* 0: 1/sqrt(Sk) */
+    double       scale;                   /* multiplies o; 0 = 1/sqrt(Sk) unless scale_is_explicit */
+    int          scale_is_explicit;       /* nonzero: scale is used as given, 0.0 included */
     gdn_head_map head_map;
     /* Packed variable-length sequences (docs/VARLEN.md); data == NULL: absent, every tensor as
-     * above. Present: I32 or I64, ne = {N+1, 1, 1, 1}, contiguous, offsets strictly increasing
-     * from 0 to T (no empty sequence). q/k/v/g/beta/out and their gradients are one packed
-     * stream (ne[3] = 1, ne[2] = T = total tokens), sequence n being tokens
+     * above. Present: I32 or I64, ne = {N+1, 1, 1, 1}, contiguous, offsets non-decreasing
+     * from 0 to T (an empty sequence's final state is its initial state). q/k/v/g/beta/out and
+     * their gradients are one packed stream (ne[3] = 1, ne[2] = T = total tokens), sequence n being tokens
      * [cu_seqlens[n], cu_seqlens[n+1]); state and grads.state are [Sk, Sv, Hv, N], states and
      * d_states [Sk, Sv, Hv, N*K] (slot s of sequence n at index s*N + n).
      * Memory: host memory on ref and cpu. On cuda: host memory (read at the call, no

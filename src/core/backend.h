@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/empty_sequences.h"
 #include "core/problem.h"
 #include "core/status.h"
 
@@ -26,6 +27,10 @@ public:
     // Copies the validated cu_seqlens tensor (I32 or I64, N + 1 entries) to the host as int64:
     // its values are checked before the call runs. Host memory by default (core/sequences.h).
     virtual Status read_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets);
+
+    // One state of an empty sequence (core/empty_sequences.h), after the call's other sequences
+    // ran. Host memory by default.
+    virtual Status copy_state(const StateCopy &copy);
 
     virtual Status forward(const ForwardArgs &args) = 0;
     virtual Status backward(const BackwardArgs &args) = 0;

@@ -18,20 +18,23 @@ struct Dims {
     int64_t K = 1;            // state snapshots
     int64_t N = 0;            // packed sequences (cu_seqlens); 0: none, B and Bq as above.
                               // With N > 0: B = Bq = 1, T = total tokens, states index s*N + n
+    bool packed = false;      // cu_seqlens given: N sequences, N = 0 included (then T = 0).
+                              // Backends see only packed calls with N > 0 (api.cpp)
     int64_t gate_width = 1;   // 1 = GDA (scalar gate), Sk = KDA (per key channel)
     double scale = 1.0;       // resolved: never 0
     gdn_head_map head_map = GDN_HEAD_MAP_TILED;
     gdn_type type = GDN_TYPE_F32;
 
     int64_t value_heads_per_key_head() const { return Hv / Hk; }
-    int64_t sequences_per_qk_sequence() const { return B / Bq; }
+    int64_t sequences_per_qk_sequence() const { return Bq > 0 ? B / Bq : 0; }  // B = Bq = 0: no sequences
     int64_t key_head(int64_t value_head) const {
         return head_map == GDN_HEAD_MAP_TILED ? value_head % Hk : value_head / (Hv / Hk);
     }
     int64_t qk_sequence(int64_t sequence) const { return sequence / (B / Bq); }
     // Sequences that own a state: N packed sequences, else B.
-    int64_t state_sequences() const { return N > 0 ? N : B; }
-    // Snapshots the forward writes: slots 0 .. min(K, T) - 1.
+    int64_t state_sequences() const { return packed ? N : B; }
+    // Snapshots the forward writes: slots 0 .. min(K, T) - 1 (a call with no tokens writes its
+    // final state, slot 0, outside the backends: api.cpp).
     int64_t written_slots() const { return K < T ? K : T; }
     // The j-th value head (0 <= j < Hv/Hk) that reads key head kh, in ascending order.
     int64_t value_head_of(int64_t kh, int64_t j) const {

@@ -48,6 +48,7 @@ Dims sequence_dims(const Dims &packed, const Span &s) {
     d.T = s.length;
     d.B = d.Bq = 1;
     d.N = 0;
+    d.packed = false;
     return d;
 }
 
@@ -114,19 +115,21 @@ SequenceBackward::SequenceBackward(const BackwardArgs &a, int64_t n) {
 
 std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &packed, std::deque<SequenceForward> &storage) {
     storage.clear();
-    if (packed.dims.N == 0) return {&packed};
+    if (!packed.dims.packed) return {&packed};
     std::vector<const ForwardArgs *> calls;
     calls.reserve(static_cast<size_t>(packed.dims.N));
-    for (int64_t n = 0; n < packed.dims.N; ++n) calls.push_back(&storage.emplace_back(packed, n).args());
+    for (int64_t n = 0; n < packed.dims.N; ++n)
+        if (packed.offsets[n + 1] > packed.offsets[n]) calls.push_back(&storage.emplace_back(packed, n).args());
     return calls;
 }
 
 std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &packed, std::deque<SequenceBackward> &storage) {
     storage.clear();
-    if (packed.dims.N == 0) return {&packed};
+    if (!packed.dims.packed) return {&packed};
     std::vector<const BackwardArgs *> calls;
     calls.reserve(static_cast<size_t>(packed.dims.N));
-    for (int64_t n = 0; n < packed.dims.N; ++n) calls.push_back(&storage.emplace_back(packed, n).args());
+    for (int64_t n = 0; n < packed.dims.N; ++n)
+        if (packed.offsets[n + 1] > packed.offsets[n]) calls.push_back(&storage.emplace_back(packed, n).args());
     return calls;
 }
 

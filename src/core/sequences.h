@@ -42,8 +42,9 @@ private:
     BackwardArgs args_;
 };
 
-// The calls a packed call is made of: its N sequences, or the call itself when it is not
-// packed. The list points into `storage` (and into `packed`), which must outlive it.
+// The calls a packed call is made of: its sequences that have tokens (api.cpp moves the states
+// of the empty ones), or the call itself when it is not packed. The list points into `storage`
+// (and into `packed`), which must outlive it.
 std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &packed, std::deque<SequenceForward> &storage);
 std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &packed, std::deque<SequenceBackward> &storage);
 

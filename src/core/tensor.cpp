@@ -33,12 +33,13 @@ const char *type_name(gdn_type type) {
 int64_t element_count(const gdn_tensor &t) {
     int64_t count = 1;
     for (int d = 0; d < 4; ++d) {
-        if (t.ne[d] <= 0 || __builtin_mul_overflow(count, t.ne[d], &count)) return -1;
+        if (t.ne[d] < 0 || __builtin_mul_overflow(count, t.ne[d], &count)) return -1;
     }
     return count;
 }
 
 int64_t byte_span(const gdn_tensor &t) {
+    if (element_count(t) == 0) return 0;
     int64_t span = static_cast<int64_t>(type_size(t.type));
     for (int d = 0; d < 4; ++d) {
         int64_t step = 0;
@@ -144,6 +145,7 @@ bool arcs_intersect(int64_t a, int64_t a_len, int64_t b, int64_t b_len, int64_t 
 }  // namespace
 
 bool self_overlaps(const gdn_tensor &t) {
+    if (element_count(t) == 0) return false;
     const Rows r = rows_of(t);
     if (nested_without_overlap(r)) return false;
     if (row_count(r) > kMaxEnumeratedRows) return true;
@@ -153,6 +155,7 @@ bool self_overlaps(const gdn_tensor &t) {
 }
 
 bool overlaps(const gdn_tensor &a, const gdn_tensor &b) {
+    if (element_count(a) == 0 || element_count(b) == 0) return false;
     const ByteRange ra = byte_range(a), rb = byte_range(b);
     if (ra.end <= rb.begin || rb.end <= ra.begin) return false;
     const Rows rows_a = rows_of(a), rows_b = rows_of(b);

@@ -15,7 +15,8 @@ const char *type_name(gdn_type type);
 
 inline bool present(const gdn_tensor *t) { return t != nullptr && t->data != nullptr; }
 
-// Number of elements, or -1 when a count is not positive or the product overflows int64.
+// Number of elements (0 when a count is 0), or -1 when a count is negative or the product
+// overflows int64.
 int64_t element_count(const gdn_tensor &t);
 
 // Byte range [begin, end) that the tensor's elements span. Only meaningful for a tensor whose
@@ -25,10 +26,11 @@ struct ByteRange {
 };
 ByteRange byte_range(const gdn_tensor &t);
 
-// Span in bytes of the tensor's elements, or -1 when it overflows int64 (positive ne/nb assumed).
+// Span in bytes of the tensor's elements (0 for an empty tensor), or -1 when it overflows int64
+// (non-negative ne and positive nb assumed).
 int64_t byte_span(const gdn_tensor &t);
 
-// True when two distinct elements of t share a byte.
+// True when two distinct elements of t share a byte (never for an empty tensor).
 bool self_overlaps(const gdn_tensor &t);
 
 // True when some element of a shares a byte with some element of b. Exact for the layouts

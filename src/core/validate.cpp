@@ -35,8 +35,12 @@ Status check_tensor(const Named &t) {
     if (!is_type(stored_value(x.type)))
         return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.type = %d is not a gdn_type", t.name, stored_value(x.type));
     for (int d = 0; d < 4; ++d)
-        if (x.ne[d] < 1)
-            return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = %" PRId64 ": every dimension must be at least 1", t.name, d, x.ne[d]);
+        if (x.ne[d] < 0)
+            return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = %" PRId64 ": a dimension cannot be negative", t.name, d, x.ne[d]);
+    if (element_count(x) < 0)
+        return fail(GDN_ERROR_SHAPE, "%s: ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] has more elements than int64 counts",
+                    t.name, x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
+    if (element_count(x) == 0) return {};  // nothing is addressed, so no stride can be wrong
     const auto elem = static_cast<int64_t>(type_size(x.type));
     if (x.nb[0] != elem)
         return fail(GDN_ERROR_LAYOUT, "%s.nb[0] = %" PRId64 ": rows must be contiguous (nb[0] = %" PRId64 " for %s)",
@@ -53,9 +57,6 @@ Status check_tensor(const Named &t) {
     if (reinterpret_cast<uintptr_t>(x.data) % static_cast<uintptr_t>(elem) != 0)
         return fail(GDN_ERROR_LAYOUT, "%s.data = %p is not aligned to its element size %" PRId64 " (%s)", t.name, x.data,
                     elem, type_name(x.type));
-    if (element_count(x) < 0)
-        return fail(GDN_ERROR_SHAPE, "%s: ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] has more elements than int64 counts",
-                    t.name, x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
     const int64_t span = byte_span(x);
     const auto base = reinterpret_cast<uintptr_t>(x.data);
     if (span < 0 || base + static_cast<uintptr_t>(span) < base)
@@ -90,12 +91,13 @@ Status resolve_packed_sequences(const Named &t, Dims &d) {
     if (x.ne[1] != 1 || x.ne[2] != 1 || x.ne[3] != 1)
         return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] must be [N+1, 1, 1, 1]",
                     x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
-    if (x.ne[0] < 2)
-        return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne[0] = %" PRId64 ": N + 1 offsets for N >= 1 sequences need at least 2", x.ne[0]);
+    if (x.ne[0] < 1)
+        return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne[0] = 0: N + 1 offsets need at least one (N = 0 sequences: {0})");
     if (d.B != 1 || d.Bq != 1)
         return fail(GDN_ERROR_SHAPE, "q.ne[3] = %" PRId64 ", v.ne[3] = %" PRId64 " but with cu_seqlens the sequences are one packed stream (both must be 1)",
                     d.Bq, d.B);
     d.N = x.ne[0] - 1;
+    d.packed = true;
     return {};
 }
 
@@ -103,16 +105,18 @@ Status resolve_packed_sequences(const Named &t, Dims &d) {
 Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs) {
     if (p == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "problem is NULL");
     const Named q{"q", &p->q}, k{"k", &p->k}, v{"v", &p->v}, g{"g", &p->g}, beta{"beta", &p->beta};
-    for (const Named &t : {q, k, v, g, beta})
-        if (t.tensor->data == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data is NULL: %s is required", t.name, t.name);
     const int head_map = stored_value(p->head_map);
     if (head_map != GDN_HEAD_MAP_TILED && head_map != GDN_HEAD_MAP_GROUPED)
         return fail(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is not a gdn_head_map", head_map);
-    if (!std::isfinite(p->scale))
-        return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g is not finite", static_cast<double>(p->scale));
+    if (!std::isfinite(p->scale)) return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g is not finite", p->scale);
     inputs = {q, k, v, g, beta};
     if (p->state.data != nullptr) inputs.push_back({"state", &p->state});
     for (const Named &t : inputs) GDN_TRY(check_tensor(t));
+    // An input with no elements is never read, so it may have no memory (torch gives such
+    // tensors a NULL data pointer); a NULL optional input still means "absent".
+    for (const Named &t : {q, k, v, g, beta})
+        if (t.tensor->data == nullptr && element_count(*t.tensor) != 0)
+            return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data is NULL: %s is required", t.name, t.name);
     if (is_integer_type(p->q.type))
         return fail(GDN_ERROR_TYPE, "q.type = %s: integer types are only for cu_seqlens", type_name(p->q.type));
     for (const Named &t : inputs) GDN_TRY(check_same_type(t, p->q.type));
@@ -126,14 +130,22 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
     d.Hv = p->v.ne[1];
     d.B = p->v.ne[3];
     d.head_map = p->head_map;
-    d.scale = p->scale != 0.0f ? static_cast<double>(p->scale) : 1.0 / std::sqrt(static_cast<double>(d.Sk));
+    for (const Named &t : {q, v})
+        for (int dim = 0; dim < 2; ++dim)
+            if (t.tensor->ne[dim] < 1)
+                return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = 0: head sizes and head counts must be at least 1 (only tokens, ne[2], and sequences, ne[3], may be 0)",
+                            t.name, dim);
+    d.scale = p->scale != 0.0 || p->scale_is_explicit ? p->scale : 1.0 / std::sqrt(static_cast<double>(d.Sk));
 
     GDN_TRY(check_shape(k, d.Sk, d.Hk, d.T, d.Bq, "k has the shape of q"));
     if (p->v.ne[2] != d.T)
         return fail(GDN_ERROR_SHAPE, "v.ne[2] = %" PRId64 " differs from q.ne[2] = %" PRId64 " (tokens)", p->v.ne[2], d.T);
     if (d.Hv % d.Hk != 0)
         return fail(GDN_ERROR_SHAPE, "q.ne[1] = %" PRId64 " does not divide v.ne[1] = %" PRId64 " (key heads must divide value heads)", d.Hk, d.Hv);
-    if (d.B % d.Bq != 0)
+    if ((d.B == 0) != (d.Bq == 0))
+        return fail(GDN_ERROR_SHAPE, "q.ne[3] = %" PRId64 ", v.ne[3] = %" PRId64 ": with no sequences there are no q/k sequences, and the other way round",
+                    d.Bq, d.B);
+    if (d.B > 0 && d.B % d.Bq != 0)
         return fail(GDN_ERROR_SHAPE, "q.ne[3] = %" PRId64 " does not divide v.ne[3] = %" PRId64 " (q/k sequences must divide sequences)", d.Bq, d.B);
     if (p->g.ne[0] != 1 && p->g.ne[0] != d.Sk)
         return fail(GDN_ERROR_SHAPE, "g.ne[0] = %" PRId64 " must be 1 (scalar gate) or q.ne[0] = %" PRId64 " (per-channel gate)", p->g.ne[0], d.Sk);
@@ -146,7 +158,7 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
         inputs.push_back(offsets);
     }
     if (p->state.data != nullptr) {
-        if (d.N > 0) GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, state is [Sk, Sv, Hv, N]"));
+        if (d.packed) GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, state is [Sk, Sv, Hv, N]"));
         else GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.B, "state is [Sk, Sv, Hv, B]"));
     }
     return {};
@@ -154,13 +166,21 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
 
 // K from a states-shaped tensor [Sk, Sv, Hv, B*K] (N*K with packed sequences).
 Status resolve_slots(const Named &t, Dims &d) {
-    if (d.N > 0) {
+    if (d.state_sequences() == 0) {  // no sequences: no slots either, whatever K the caller meant
+        d.K = 1;
+        return check_shape(t, d.Sk, d.Sv, d.Hv, 0, "with no sequences, states are [Sk, Sv, Hv, 0]");
+    }
+    if (d.packed) {
+        if (t.tensor->ne[3] == 0)
+            return fail(GDN_ERROR_SHAPE, "%s.ne[3] = 0: K = 0 snapshots (pass NULL for no states; K >= 1)", t.name);
         if (t.tensor->ne[3] % d.N != 0)
             return fail(GDN_ERROR_SHAPE, "%s.ne[3] = %" PRId64 " is not a multiple of N = %" PRId64 " (cu_seqlens.ne[0] - 1; it is N*K for K snapshots)",
                         t.name, t.tensor->ne[3], d.N);
         d.K = t.tensor->ne[3] / d.N;
         return check_shape(t, d.Sk, d.Sv, d.Hv, d.N * d.K, "with cu_seqlens, states are [Sk, Sv, Hv, N*K]");
     }
+    if (t.tensor->ne[3] == 0)
+        return fail(GDN_ERROR_SHAPE, "%s.ne[3] = 0: K = 0 snapshots (pass NULL for no states; K >= 1)", t.name);
     if (t.tensor->ne[3] % d.B != 0)
         return fail(GDN_ERROR_SHAPE, "%s.ne[3] = %" PRId64 " is not a multiple of v.ne[3] = %" PRId64 " (it is B*K for K snapshots)",
                     t.name, t.tensor->ne[3], d.B);
@@ -261,7 +281,7 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
             const int64_t *ne = shape_of[i]->ne;
             GDN_TRY(check_shape(t, ne[0], ne[1], ne[2], ne[3], "a gradient has the shape of its input"));
         } else {
-            if (d.N > 0) GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, the state gradient is [Sk, Sv, Hv, N]"));
+            if (d.packed) GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, the state gradient is [Sk, Sv, Hv, N]"));
             else GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.B, "the state gradient is [Sk, Sv, Hv, B]"));
         }
         outputs.push_back(t);
@@ -294,12 +314,9 @@ Status validate_offsets(const Dims &d, const std::vector<int64_t> &offsets) {
         return fail(GDN_ERROR_SHAPE, "cu_seqlens[0] = %" PRId64 ": the first offset must be 0", offsets[0]);
     for (int64_t n = 0; n < d.N; ++n) {
         const int64_t begin = offsets[n], end = offsets[n + 1];
-        if (end == begin)
-            return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = cu_seqlens[%" PRId64 "] = %" PRId64
-                        ": sequence %" PRId64 " is empty (every sequence needs at least one token)", n, n + 1, end, n);
         if (end < begin)
             return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " < cu_seqlens[%" PRId64 "] = %" PRId64
-                        ": offsets must increase", n + 1, end, n, begin);
+                        ": offsets must not decrease", n + 1, end, n, begin);
         if (end > d.T)
             return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " exceeds q.ne[2] = %" PRId64 " (tokens)", n + 1, end, d.T);
     }

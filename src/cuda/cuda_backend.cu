@@ -170,6 +170,39 @@ public:
         return {};
     }
 
+    // An empty sequence's state (core/empty_sequences.h), on the context's stream: one 2-D copy
+    // (or fill) per head when rows are pitched apart, one per row otherwise.
+    Status copy_state(const StateCopy &c) override {
+        DeviceScope scope;
+        GDN_TRY(scope.enter(device_));
+        View src, dst;
+        GDN_TRY(view_of("state", c.src.data != nullptr ? &c.src : nullptr, device_, src));
+        GDN_TRY(view_of("states", &c.dst, device_, dst));
+        const size_t width = static_cast<size_t>(c.dst.ne[0]) * sizeof(float);
+        const auto rows = static_cast<size_t>(c.dst.ne[1]);
+        const auto pitch_of = [](const gdn_tensor &t) { return static_cast<size_t>(t.nb[1]); };
+        const bool pitched = pitch_of(c.dst) >= width && (!src.present() || pitch_of(c.src) >= width);
+        for (int64_t h = 0; h < c.dst.ne[2]; ++h) {
+            char *to = static_cast<char *>(c.dst.data) + h * c.dst.nb[2];
+            const char *from = src.present() ? static_cast<const char *>(c.src.data) + h * c.src.nb[2] : nullptr;
+            if (pitched) {
+                if (from != nullptr)
+                    GDN_CUDA_TRY(cudaMemcpy2DAsync(to, pitch_of(c.dst), from, pitch_of(c.src), width, rows, cudaMemcpyDefault,
+                                                   target_.stream), "copying an empty sequence's state");
+                else GDN_CUDA_TRY(cudaMemset2DAsync(to, pitch_of(c.dst), 0, width, rows, target_.stream), "zeroing an empty sequence's state");
+                continue;
+            }
+            for (size_t j = 0; j < rows; ++j) {
+                char *row = to + static_cast<int64_t>(j) * c.dst.nb[1];
+                if (from != nullptr)
+                    GDN_CUDA_TRY(cudaMemcpyAsync(row, from + static_cast<int64_t>(j) * c.src.nb[1], width, cudaMemcpyDefault, target_.stream),
+                                 "copying an empty sequence's state");
+                else GDN_CUDA_TRY(cudaMemsetAsync(row, 0, width, target_.stream), "zeroing an empty sequence's state");
+            }
+        }
+        return {};
+    }
+
     Status forward(const ForwardArgs &a) override {
         DeviceScope scope;
         GDN_TRY(scope.enter(device_));

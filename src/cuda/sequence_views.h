@@ -68,8 +68,8 @@ inline BackwardViews sequence_views(const BackwardViews &w, const SequenceSpan &
     return v;
 }
 
-// The calls a packed call is made of, in order: (views, sizes) per sequence, or the call itself
-// when offsets is empty.
+// The calls a packed call is made of, in order: (views, sizes) per sequence with tokens, or the
+// call itself when offsets is empty.
 template <class Views>
 struct SequenceCall {
     Views views;
@@ -83,6 +83,7 @@ std::vector<SequenceCall<Views>> sequence_calls(const Views &w, const Sizes &n, 
     calls.reserve(offsets.size() - 1);
     for (int64_t i = 0; i + 1 < static_cast<int64_t>(offsets.size()); ++i) {
         const SequenceSpan s = sequence_span(offsets, i);
+        if (s.length == 0) continue;  // an empty sequence's state is moved by the C API (core/empty_sequences.h)
         calls.push_back({sequence_views(w, s), sequence_sizes(n, s)});
     }
     return calls;

@@ -93,7 +93,8 @@ TEST(TensorGeometry, ElementCountAndSpan) {
 
 TEST(TensorGeometry, CountAndSpanOverflowAreReported) {
     EXPECT_EQ(gdn::element_count(layout(kBase, {int64_t{1} << 32, int64_t{1} << 32, 1, 1}, {4, 4, 4, 4})), -1);
-    EXPECT_EQ(gdn::element_count(layout(kBase, {0, 3, 1, 1}, {4, 4, 4, 4})), -1);
+    EXPECT_EQ(gdn::element_count(layout(kBase, {0, 3, 1, 1}, {4, 4, 4, 4})), 0);  // empty: valid (T = 0, B = 0)
+    EXPECT_EQ(gdn::byte_span(layout(kBase, {4, 3, 0, 1}, {4, 16, 0, 0})), 0);
     EXPECT_EQ(gdn::element_count(layout(kBase, {4, -1, 1, 1}, {4, 4, 4, 4})), -1);
     EXPECT_EQ(gdn::byte_span(layout(kBase, {1, int64_t{1} << 40, 1, 1}, {4, int64_t{1} << 30, 4, 4})), -1);
     EXPECT_EQ(gdn::byte_span(layout(kBase, {1, 2, 2, 1}, {4, INT64_MAX / 2, INT64_MAX / 2, 4})), -1);

@@ -1,5 +1,6 @@
 // SPEC 6 at the limits: sizes whose counts or byte spans overflow 64 bits, zero and negative
-// counts (T = 0, B = 0, head sizes of 0, K = 0), and consistent but enormous sizes. Each must
+// counts (head sizes of 0, K = 0, a zero that contradicts the other tensors; T = 0 and B = 0
+// are valid empty problems), and consistent but enormous sizes. Each must
 // end in an error status with a message naming the tensor, touch no memory (the data pointers
 // here are inaccessible), attempt no large allocation, and return at once.
 #include <gtest/gtest.h>
@@ -127,8 +128,11 @@ TEST_F(Limits, ZeroAndNegativeCountsInEveryTensorAndDimension) {
             for (int64_t bad : bad_counts) {
                 HugeCall call(4, 4, 2, 8, 2);
                 gdn_tensor *t[] = {&call.p.q, &call.p.k, &call.p.v, &call.p.g, &call.p.beta, &call.out};
+                const int64_t before = t[which]->ne[d];
                 t[which]->ne[d] = bad;
-                const std::string fragment = std::string(names[which]) + ".ne[" + std::to_string(d) + "] = " + std::to_string(bad);
+                std::string fragment = std::string(names[which]) + ".ne[" + std::to_string(d) + "] = " + std::to_string(bad);
+                // A zero token or sequence count in q alone is q's shape, which k then contradicts.
+                if (which == 0 && d >= 2 && bad == 0) fragment = "k.ne[" + std::to_string(d) + "] = " + std::to_string(before);
                 SCOPED_TRACE(fragment);
                 // out is only read by the forward: the backward of this call is valid (and would
                 // read the inaccessible inputs), so only the forward is asked about out.
@@ -152,8 +156,6 @@ TEST_F(Limits, NamedZeroSizes) {
         const char *fragment;
     };
     const Case cases[] = {
-        {"T = 0", 4, 4, 1, 0, 1, "q.ne[2] = 0"},
-        {"B = 0", 4, 4, 1, 8, 0, "q.ne[3] = 0"},
         {"Sk = 0", 0, 4, 1, 8, 1, "q.ne[0] = 0"},
         {"Sv = 0", 4, 0, 1, 8, 1, "v.ne[0] = 0"},
         {"H = 0", 4, 4, 0, 8, 1, "q.ne[1] = 0"},
@@ -162,6 +164,13 @@ TEST_F(Limits, NamedZeroSizes) {
         SCOPED_TRACE(c.what);
         HugeCall call(c.Sk, c.Sv, c.H, c.T, c.B);
         expect_refused(call, GDN_ERROR_SHAPE, c.fragment);
+    }
+    // T = 0 and B = 0 are empty problems: valid (the dry run; the data pointers here are not real).
+    for (const Case &c : {Case{"T = 0", 4, 4, 1, 0, 1, ""}, Case{"B = 0", 4, 4, 1, 8, 0, ""}}) {
+        SCOPED_TRACE(c.what);
+        HugeCall empty(c.Sk, c.Sv, c.H, c.T, c.B);
+        EXPECT_EQ(gdn_check_forward(ctx_, &empty.p, &empty.out, &empty.states), GDN_OK) << gdn_last_error(ctx_);
+        EXPECT_EQ(gdn_check_backward(ctx_, &empty.p, &empty.d_out, nullptr, &empty.grads), GDN_OK) << gdn_last_error(ctx_);
     }
     // K = 0 snapshots: states with ne[3] = 0.
     HugeCall call(4, 4, 1, 8, 1);

@@ -89,7 +89,8 @@ std::vector<BadInput> bad_inputs() {
         {"integer_q", F, GDN_ERROR_TYPE, "integer types are only for cu_seqlens", [](PackedCall &c) { c.problem.q.type = GDN_TYPE_I32; }},
         {"integer_v", B, GDN_ERROR_TYPE, "v.type = I32", [](PackedCall &c) { c.problem.v.type = GDN_TYPE_I32; }},
         {"two_dimensional", F, GDN_ERROR_SHAPE, "cu_seqlens.ne = [4, 2, 1, 1]", [](PackedCall &c) { c.problem.cu_seqlens.ne[1] = 2; }},
-        {"one_offset", F, GDN_ERROR_SHAPE, "cu_seqlens.ne[0] = 1", [](PackedCall &c) { c.problem.cu_seqlens.ne[0] = 1; }},
+        // One offset is N = 0 sequences (valid with T = 0): here 10 tokens and 3 states contradict it.
+        {"one_offset", F, GDN_ERROR_SHAPE, "state.ne[3] = 3 but state.ne must be [4, 4, 4, 0]", [](PackedCall &c) { c.problem.cu_seqlens.ne[0] = 1; }},
         {"offsets_not_contiguous", F, GDN_ERROR_LAYOUT, "cu_seqlens.nb[0] = 16", [](PackedCall &c) { c.problem.cu_seqlens.nb[0] = 16; }},
         {"offsets_misaligned", F, GDN_ERROR_LAYOUT, "cu_seqlens.data", [](PackedCall &c) {
              c.problem.cu_seqlens.data = static_cast<char *>(c.problem.cu_seqlens.data) + 4;
@@ -111,8 +112,7 @@ std::vector<BadInput> bad_inputs() {
              c.offsets32[0] = -1;
              c.use_i32(true);
          }},
-        {"unsorted", F, GDN_ERROR_SHAPE, "offsets must increase", [](PackedCall &c) { std::swap(c.offsets64[1], c.offsets64[2]); }},
-        {"empty_sequence", B, GDN_ERROR_SHAPE, "sequence 1 is empty", [](PackedCall &c) { c.offsets64[2] = c.offsets64[1]; }},
+        {"unsorted", F, GDN_ERROR_SHAPE, "offsets must not decrease", [](PackedCall &c) { std::swap(c.offsets64[1], c.offsets64[2]); }},
         {"past_the_tokens", F, GDN_ERROR_SHAPE, "exceeds q.ne[2] = 10", [](PackedCall &c) { c.offsets64 = {0, 1, kT + 5, kT + 6}; c.problem.cu_seqlens.data = c.offsets64.data(); }},
         {"last_short_of_tokens", B, GDN_ERROR_SHAPE, "the last offset must be q.ne[2] = 10", [](PackedCall &c) { c.offsets64 = {0, 1, 2, kT - 1}; c.problem.cu_seqlens.data = c.offsets64.data(); }},
         {"int32_past_the_tokens", F, GDN_ERROR_SHAPE, "cu_seqlens[3] = 11 exceeds", [](PackedCall &c) {
