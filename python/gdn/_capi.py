@@ -16,7 +16,7 @@ class Tensor(ctypes.Structure):
 
 class Problem(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("g", Tensor), ("beta", Tensor), ("state", Tensor),
-                ("scale", ctypes.c_float), ("head_map", ctypes.c_int),
+                ("scale", ctypes.c_double), ("scale_is_explicit", ctypes.c_int), ("head_map", ctypes.c_int),
                 ("cu_seqlens", Tensor)]  # packed sequences (docs/VARLEN.md); zeroed = absent
 
 
@@ -72,4 +72,5 @@ class Context:
 
 
 def problem(q, k, v, g, beta, state=None, grouped=True):
-    return Problem(tensor(q), tensor(k), tensor(v), tensor(g), tensor(beta), tensor(state), 0.0, 1 if grouped else 0)
+    return Problem(tensor(q), tensor(k), tensor(v), tensor(g), tensor(beta), tensor(state), 0.0, 0,
+                   1 if grouped else 0)

@@ -111,7 +111,13 @@ def _head_map(head_map):
 
 
 def _scale(scale):
-    return 0.0 if scale is None else float(scale)
+    """None: the library's default ``1/sqrt(Sk)``; any other value is used as given (0.0 included)."""
+    if scale is None:
+        return None
+    try:
+        return float(scale)
+    except (TypeError, ValueError):
+        raise _errors.InvalidArgumentError(f"scale = {scale!r} is not a number") from None
 
 
 def _plain(array):
@@ -159,7 +165,8 @@ def forward(q, k, v, g, beta, state=None, *, out=None, states=None, snapshots=1,
     ``out`` and ``states`` are written in place when given; when None they are allocated (numpy
     or torch, like ``v``); pass False for one that is not wanted. ``states`` holds ``snapshots``
     slots per sequence. ``states`` may be exactly ``state`` (the in-place cache update of
-    decoding). ``scale`` None is ``1/sqrt(Sk)``. ``ctx`` None: the calling thread's context for
+    decoding). ``scale`` None is ``1/sqrt(Sk)``; any number, 0.0 included, is used as given (a
+    Python float reaches the library as a double). ``ctx`` None: the calling thread's context for
     the fastest backend. ``dry_run``: validate and ask the backend, compute and write nothing.
     """
     q, k, v, g, beta, state = map(_plain, (q, k, v, g, beta, state))

@@ -68,7 +68,7 @@ def _state_shape(q, v, cu_seqlens):
 # wrapper below converts from FLA's.
 @torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float,
+                initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: Optional[float],
                 want_state: bool, l2norm: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     if l2norm:
         q, k = _normalized(q), _normalized(k)
@@ -88,7 +88,7 @@ def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm):
 @torch.library.custom_op("gdn::gated_delta_rule_bwd", mutates_args=())
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                  initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
-                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: float, l2norm: bool
+                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: Optional[float], l2norm: bool
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = [_empty(t.shape, t) for t in (q, k, v, g, beta)]
     d_initial = _empty(initial_state.shape, v) if initial_state is not None else v.new_empty(0)
@@ -146,7 +146,8 @@ _L2NORM_EPS = 1e-6
 
 
 def _fused_rows(x):
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and (x.shape[-1] == 1 or x.stride(-1) == 1)
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.numel() > 0
+            and (x.shape[-1] == 1 or x.stride(-1) == 1))
 
 
 def _normalized(x):
@@ -167,7 +168,8 @@ def _normalized_backward(x, dy):
     return inv * dy - x * (inv ** 3 * (x * dy).sum(dim=-1, keepdim=True))
 
 
-def _check(q, k, v, g, beta, initial_state, cu_seqlens):
+def _check(q, k, v, g, beta, initial_state, cu_seqlens, state_v_first):
+    """FLA's argument rules, with gdn's error classes and messages that name the argument."""
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
     if initial_state is not None:
         tensors["initial_state"] = initial_state
@@ -178,10 +180,6 @@ def _check(q, k, v, g, beta, initial_state, cu_seqlens):
             raise _errors.ElementTypeError(f"{name} has dtype {t.dtype}; gdn takes floating-point tensors")
         if t.device != q.device:
             raise _errors.InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}")
-    for name in ("k", "v"):
-        if tensors[name].dtype != q.dtype:
-            raise _errors.ElementTypeError(f"{name} has dtype {tensors[name].dtype} but q has {q.dtype}; "
-                                           "q, k and v must share one dtype")
     for name, rank in (("q", 4), ("k", 4), ("v", 4), ("beta", 3)):
         if tensors[name].dim() != rank:
             raise _errors.ShapeError(f"{name} must have {rank} dimensions ([B, T, H, K] for q/k, [B, T, HV, V] "
@@ -195,6 +193,9 @@ def _check(q, k, v, g, beta, initial_state, cu_seqlens):
         raise _errors.ShapeError(f"k has shape {tuple(k.shape)} but q has {tuple(q.shape)}")
     if tuple(v.shape[:2]) != (B, T):
         raise _errors.ShapeError(f"v has shape {tuple(v.shape)}: its [B, T] must be q's {(B, T)}")
+    if H == 0 or K == 0 or HV == 0 or V == 0:
+        raise _errors.ShapeError(f"q has shape {tuple(q.shape)} and v {tuple(v.shape)}: head counts and head sizes "
+                                 "must be at least 1 (only B and T may be 0)")
     if HV % H != 0:
         raise _errors.ShapeError(f"v has {HV} heads, not a multiple of q/k's {H} heads")
     gate_shape = (B, T, HV) if g.dim() == 3 else (B, T, HV, K)
@@ -204,39 +205,90 @@ def _check(q, k, v, g, beta, initial_state, cu_seqlens):
         raise _errors.ShapeError(f"beta has shape {tuple(beta.shape)}; expected {(B, T, HV)}")
     sequences = B
     if cu_seqlens is not None:
-        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or \
-                cu_seqlens.dtype not in (torch.int32, torch.int64):
-            raise _errors.InvalidArgumentError("cu_seqlens must be a 1-D int32 or int64 tensor of N + 1 offsets")
+        if not isinstance(cu_seqlens, torch.Tensor):
+            raise _errors.InvalidArgumentError(
+                f"cu_seqlens must be a torch.Tensor (a 1-D int32 or int64 tensor of N + 1 offsets, as FLA takes it), "
+                f"not {type(cu_seqlens).__name__}")
+        if cu_seqlens.dim() != 1 or cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.shape[0] < 1:
+            raise _errors.InvalidArgumentError(
+                f"cu_seqlens must be a 1-D int32 or int64 tensor of N + 1 >= 1 offsets; got dtype {cu_seqlens.dtype}, "
+                f"shape {tuple(cu_seqlens.shape)}")
+        if cu_seqlens.device != q.device and cu_seqlens.device.type != "cpu":
+            raise _errors.InvalidArgumentError(
+                f"cu_seqlens is on {cu_seqlens.device} but q is on {q.device} (offsets on the host are fine too)")
         if B != 1:
             raise _errors.ShapeError(f"with cu_seqlens the sequences are packed along T, so B must be 1, not {B}")
         sequences = cu_seqlens.shape[0] - 1
-    if initial_state is not None and tuple(initial_state.shape) != (sequences, HV, K, V):
+    expected = (sequences, HV, V, K) if state_v_first else (sequences, HV, K, V)
+    if initial_state is not None and tuple(initial_state.shape) != expected:
         raise _errors.ShapeError(f"initial_state has shape {tuple(initial_state.shape)}; expected "
-                                 f"[N, HV, K, V] = {(sequences, HV, K, V)}")
+                                 f"[N, HV, {'V, K' if state_v_first else 'K, V'}] = {expected}")
+
+
+def _compute_dtype(q, k, v):
+    """float64 when any of q, k, v is float64 (the ref backend, exact), else float32."""
+    return torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           cu_seqlens=None, use_qk_l2norm_in_kernel=False):
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                           state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                           cp_context=None, **kwargs):
     """The gated delta rule over a batch, as ``fla.ops.gated_delta_rule.chunk_gated_delta_rule``.
 
-    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]``
-    (None unless ``output_final_state``). final_state is a transposed view of gdn's key-innermost
-    buffer: passing it back as ``initial_state`` costs no copy; call ``.contiguous()`` if you need
-    a contiguous tensor. ``cu_seqlens`` (N + 1 offsets, B = 1): packed sequences, the recurrence
-    restarts at each offset. ``scale`` None is ``1/sqrt(K)``.
+    FLA's parameters, in FLA's order, with FLA's meaning: ``scale`` None is ``1/sqrt(K)`` and any
+    other value (0.0 included) is used as given; ``use_beta_sigmoid_in_kernel`` takes beta as
+    logits (``allow_neg_eigval``: ``2 * sigmoid``); ``state_v_first`` keeps states as
+    ``[N, HV, V, K]`` (gdn's own layout: no transpose at all); ``cu_seqlens`` (N + 1 offsets, B = 1)
+    packs sequences, the recurrence restarting at each offset, zero-length sequences included;
+    ``cu_seqlens_cpu`` is the same offsets on the host (read there, no device synchronisation);
+    ``chunk_indices`` and ``chunk_size`` are FLA's blocking and are ignored (gdn blocks its own
+    way; the result is the same recurrence); keywords ``use_gate_in_kernel``, ``A_log``,
+    ``dt_bias`` compute ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is
+    refused as FLA refuses it; ``cp_context`` (FLA's context parallel) is not supported.
+
+    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state ``[N, HV, K, V]``
+    (``[N, HV, V, K]`` with ``state_v_first``) in the compute dtype (float32, or float64 when any
+    of q, k, v is float64), None unless ``output_final_state``. Inputs may mix floating dtypes as
+    FLA allows (say float32 q/k with float16 v/beta): each is converted to the compute dtype. The
+    final state is a transposed view of gdn's key-innermost buffer: passing it back as
+    ``initial_state`` costs no copy. T = 0 (or B = 0) returns an empty o and the initial state.
     """
-    _check(q, k, v, g, beta, initial_state, cu_seqlens)
-    if scale is not None and not math.isfinite(scale):
-        raise _errors.InvalidArgumentError(f"scale = {scale} is not finite")
-    in_dtype = q.dtype
-    compute = torch.float64 if in_dtype == torch.float64 else torch.float32
+    if "head_first" in kwargs:
+        raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
+    if cp_context is not None:
+        raise _errors.UnsupportedError("cp_context: gdn.torch does not run FLA's context parallel")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise _errors.InvalidArgumentError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
+    if kwargs.get("use_gate_in_kernel", False):
+        A_log, dt_bias = kwargs.get("A_log"), kwargs.get("dt_bias")
+        if A_log is None:
+            raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs A_log")
+        g = -A_log.exp() * torch.nn.functional.softplus(g if dt_bias is None else g + dt_bias)
+    _check(q, k, v, g, beta, initial_state, cu_seqlens, state_v_first)
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise _errors.InvalidArgumentError(f"scale = {scale!r} must be a number (or None for 1/sqrt(K))")
+        if not math.isfinite(scale):
+            raise _errors.InvalidArgumentError(f"scale = {scale} is not finite")
+        scale = float(scale)
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * 2 if allow_neg_eigval else beta.sigmoid()
+    if cu_seqlens is not None:
+        # Read on the host when the caller has the offsets there; strided views become contiguous.
+        host = cu_seqlens_cpu if isinstance(cu_seqlens_cpu, torch.Tensor) else cu_seqlens
+        cu_seqlens = host.contiguous()
+    compute = _compute_dtype(q, k, v)
+    out_dtype = q.dtype
     q, k, v, g, beta = (t.to(compute) for t in (q, k, v, g, beta))
     gate = g.unsqueeze(-1) if g.dim() == 3 else g
     state = None
     if initial_state is not None:
-        state = initial_state.to(compute).transpose(-1, -2).contiguous()
+        state = initial_state.to(compute)
+        state = _readable(state) if state_v_first else state.transpose(-1, -2).contiguous()
     o, states = _forward_op(_readable(q), _readable(k), _readable(v), _readable(gate), _readable(beta.unsqueeze(-1)),
-                            state, cu_seqlens, 0.0 if scale is None else float(scale), bool(output_final_state),
-                            bool(use_qk_l2norm_in_kernel))
-    final_state = states.transpose(-1, -2) if output_final_state else None
-    return o.to(in_dtype), final_state
+                            state, cu_seqlens, scale, bool(output_final_state), bool(use_qk_l2norm_in_kernel))
+    final_state = None
+    if output_final_state:
+        final_state = states if state_v_first else states.transpose(-1, -2)
+    return o.to(out_dtype), final_state

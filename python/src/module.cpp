@@ -117,8 +117,6 @@ public:
                 const size_t axis = ndim - 1 - i;
                 t.ne[i] = static_cast<int64_t>(a->shape(axis));
                 t.nb[i] = a->stride(axis) * item;
-                if (t.ne[i] == 0)
-                    raise(GDN_ERROR_SHAPE, "%s has an empty dimension (shape[%zu] = 0)", name, axis);
             } else {
                 t.ne[i] = 1;
             }
@@ -169,8 +167,10 @@ private:
 using In = std::optional<InArray>;
 using Out = std::optional<OutArray>;
 
+// scale: None is the library's default 1/sqrt(Sk); any value, 0.0 included, is used as given.
 gdn_problem make_problem(Binder &bind, const InArray &q, const InArray &k, const InArray &v, const InArray &g,
-                         const InArray &beta, const In &state, float scale, int head_map, const In &cu_seqlens) {
+                         const InArray &beta, const In &state, std::optional<double> scale, int head_map,
+                         const In &cu_seqlens) {
     if (head_map != GDN_HEAD_MAP_TILED && head_map != GDN_HEAD_MAP_GROUPED)
         raise(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is neither tiled (0) nor grouped (1)", head_map);
     gdn_problem p{};
@@ -180,14 +180,15 @@ gdn_problem make_problem(Binder &bind, const InArray &q, const InArray &k, const
     p.g = bind.tensor(In(g), "g");
     p.beta = bind.tensor(In(beta), "beta");
     p.state = bind.tensor(state, "state");
-    p.scale = scale;
+    p.scale = scale.value_or(0.0);
+    p.scale_is_explicit = scale.has_value() ? 1 : 0;
     p.head_map = static_cast<gdn_head_map>(head_map);
     p.cu_seqlens = bind.offsets(cu_seqlens);
     return p;
 }
 
 void forward(Context &ctx, const InArray &q, const InArray &k, const InArray &v, const InArray &g,
-             const InArray &beta, const In &state, const Out &out, const Out &states, float scale, int head_map,
+             const InArray &beta, const In &state, const Out &out, const Out &states, std::optional<double> scale, int head_map,
              bool dry_run, const In &cu_seqlens) {
     Binder bind(ctx);
     const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens);
@@ -203,7 +204,7 @@ void forward(Context &ctx, const InArray &q, const InArray &k, const InArray &v,
 
 void backward(Context &ctx, const InArray &q, const InArray &k, const InArray &v, const InArray &g,
               const InArray &beta, const In &state, const In &d_out, const In &d_states, const Out &dq,
-              const Out &dk, const Out &dv, const Out &dg, const Out &dbeta, const Out &dstate, float scale,
+              const Out &dk, const Out &dv, const Out &dg, const Out &dbeta, const Out &dstate, std::optional<double> scale,
               int head_map, bool dry_run, const In &cu_seqlens) {
     Binder bind(ctx);
     const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens);
@@ -242,12 +243,12 @@ NB_MODULE(_gdn, m) {
         .def_prop_ro("workspace_bytes", &Context::workspace_bytes);
 
     m.def("forward", &forward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
-          nb::arg("beta"), nb::arg("state").none(), nb::arg("out").none(), nb::arg("states").none(), nb::arg("scale"),
+          nb::arg("beta"), nb::arg("state").none(), nb::arg("out").none(), nb::arg("states").none(), nb::arg("scale").none(),
           nb::arg("head_map"), nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none());
     m.def("backward", &backward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("d_out").none(), nb::arg("d_states").none(),
           nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::arg("dg").none(),
-          nb::arg("dbeta").none(), nb::arg("dstate").none(), nb::arg("scale"), nb::arg("head_map"),
+          nb::arg("dbeta").none(), nb::arg("dstate").none(), nb::arg("scale").none(), nb::arg("head_map"),
           nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none());
     gdn_python::bind_l2norm(m);
     gdn_python::bind_memory(m);

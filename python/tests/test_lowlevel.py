@@ -134,7 +134,7 @@ def test_dry_run_writes_nothing_and_workspace_is_reported():
     (lambda a: a.update(v=a["v"].astype(np.float64)), gdn.ElementTypeError, "v"),
     (lambda a: a.update(v=a["v"].astype(np.int32)), gdn.ElementTypeError, "v has an element type"),
     (lambda a: a.update(q=a["q"][None, None]), gdn.ShapeError, "q has 6 dimensions"),
-    (lambda a: a.update(g=a["g"][:, :0]), gdn.ShapeError, "empty dimension"),
+    (lambda a: a.update(g=a["g"][:, :0]), gdn.ShapeError, r"g\.ne\[2\] = 0"),
     (lambda a: a.update(q=a["q"][..., ::-1]), gdn.LayoutError, "q"),
     (lambda a: a.update(scale=float("nan")), gdn.InvalidArgumentError, "scale"),
     (lambda a: a.update(head_map="sideways"), gdn.InvalidArgumentError, "head_map"),

@@ -112,12 +112,20 @@ def bad_calls():
         ("g shape", dict(g=g[:, :3]), gdn.ShapeError, "g has shape"),
         ("beta rank", dict(beta=beta[..., None]), gdn.ShapeError, "beta must have 3 dimensions"),
         ("state shape", dict(initial_state=h0[:1]), gdn.ShapeError, "initial_state"),
-        ("mixed dtypes", dict(k=k.double()), gdn.ElementTypeError, "k has dtype"),
         ("integer", dict(v=v.int()), gdn.ElementTypeError, "floating-point"),
         ("mixed devices", dict(v=v.to("meta")), gdn.InvalidArgumentError, "meta"),
         ("scale", dict(scale=float("inf")), gdn.InvalidArgumentError, "scale"),
         ("not a tensor", dict(beta=beta.numpy()), gdn.InvalidArgumentError, "torch.Tensor"),
         ("packed batch", dict(cu_seqlens=torch.tensor([0, 3, 6])), gdn.ShapeError, "B must be 1"),
+        ("offsets as a list", dict(cu_seqlens=[0, 3]), gdn.InvalidArgumentError, "cu_seqlens must be a torch.Tensor"),
+        ("offsets on another device", dict(q=q[:1], k=k[:1], v=v[:1], g=g[:1], beta=beta[:1], initial_state=h0[:1],
+                                           cu_seqlens=torch.tensor([0, 3]).to("meta")),
+         gdn.InvalidArgumentError, "cu_seqlens is on meta"),
+        ("no offsets", dict(q=q[:1], k=k[:1], v=v[:1], g=g[:1], beta=beta[:1], initial_state=None,
+                            cu_seqlens=torch.zeros(0, dtype=torch.int64)), gdn.InvalidArgumentError, "N \\+ 1 >= 1"),
+        ("scale not a number", dict(scale="0.1"), gdn.InvalidArgumentError, "scale"),
+        ("head_first", dict(head_first=False), DeprecationWarning, "head_first has been removed"),
+        ("context parallel", dict(cp_context=object()), gdn.UnsupportedError, "cp_context"),
     ], dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=h0)
 
 

@@ -5,13 +5,10 @@ float64: gdn's ref backend against the references' code run in float64, to ~1e-1
 float32: gdn's cpu backend against that float64 truth, to the library's thresholds (NMSE 1e-10
 forward, 1e-9 backward)."""
 
-import importlib.util
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
+import fla_reference
 import gdn.torch as gt
 import hf_reference as hf
 
@@ -125,27 +122,9 @@ def test_bfloat16_is_computed_in_float32_like_the_fallback():
     assert nmse(o, o_ref) < 1e-5 and nmse(s, s_ref) < 1e-10  # the output's bf16 rounding; the state's f32
 
 
-def _fla_naive():
-    """FLA's naive reference module, loaded from its file (importing fla itself pulls in Triton
-    kernels and makes transformers route to them); found as an installed package or under
-    GDN_FLA_SITE."""
-    roots = [os.environ.get("GDN_FLA_SITE")]
-    spec = importlib.util.find_spec("fla")
-    if spec is not None and spec.submodule_search_locations:
-        roots.append(str(Path(list(spec.submodule_search_locations)[0]).parent))
-    for root in filter(None, roots):
-        path = Path(root) / "fla" / "ops" / "gated_delta_rule" / "naive.py"
-        if path.exists():
-            module_spec = importlib.util.spec_from_file_location("fla_gated_delta_rule_naive", path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-            return module
-    return None
-
-
 @pytest.mark.parametrize("kind", ["recurrent", "chunk"])
 def test_fla_naive_references(kind):
-    naive = _fla_naive()
+    naive = fla_reference.naive()
     if naive is None:
         pytest.skip("FLA is not installed (set GDN_FLA_SITE to an FLA install)")
     fn = hf.in_float64(naive.naive_recurrent_gated_delta_rule if kind == "recurrent"

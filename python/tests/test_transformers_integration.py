@@ -8,7 +8,6 @@ own code, and differ only in who computes the delta rule.
 """
 
 import contextlib
-import importlib
 import warnings
 
 import pytest
@@ -20,117 +19,12 @@ import torch.nn.functional as F  # noqa: E402
 
 import gdn  # noqa: E402
 import gdn.torch  # noqa: E402
+import hf_reference as hf  # noqa: E402
 from gdn.integrations import transformers as gdn_hf  # noqa: E402
 
-CHUNK, RECURRENT = "torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"
-VOCAB = 61
-
-
-def modeling(name):
-    return importlib.import_module(gdn_hf.MODELS[name][0])
-
-
-@pytest.fixture(autouse=True)
-def no_patch_leaks():
-    """Every test starts and ends with transformers' own functions in place."""
-    originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in gdn_hf.MODELS}
-    gdn_hf.unpatch()
-    yield
-    gdn_hf.unpatch()
-    for name, (chunk, recurrent) in originals.items():
-        assert getattr(modeling(name), CHUNK) is chunk and getattr(modeling(name), RECURRENT) is recurrent
-
-
-class _TorchComputingInFloat64:
-    """The torch module, except that the dtypes transformers upcasts to are float64."""
-
-    float32 = torch.float64
-    float = torch.float64
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-
-_tensor_float = torch.Tensor.float
-
-
-def _float_keeping_float64(self, *args, **kwargs):
-    return self if self.dtype == torch.float64 else _tensor_float(self, *args, **kwargs)
-
-
-class float64_compute:
-    """In the block, a modeling module's code upcasts to float64 where it upcasts to float32.
-
-    Two ways transformers upcasts: ``x.to(torch.float32)`` (the module's global ``torch`` is
-    swapped for one whose float32 is float64) and ``x.float()`` in its RMS norms and gates (for the
-    block, ``Tensor.float`` leaves a float64 tensor as it is). Without the second, every norm would
-    round the residual stream to float32 and hide differences below 1e-7.
-    """
-
-    def __init__(self, name):
-        self.module = modeling(name)
-
-    def __enter__(self):
-        self.saved = self.module.torch
-        self.module.torch = _TorchComputingInFloat64()
-        torch.Tensor.float = _float_keeping_float64
-
-    def __exit__(self, *exc):
-        torch.Tensor.float = _tensor_float
-        self.module.torch = self.saved
-
-
-def tiny_model(name, dtype=torch.float64, seed=0):
-    """Linear, full, linear attention layers; 2 key heads, 4 value heads (grouped), head size 16."""
-    common = dict(vocab_size=VOCAB, hidden_size=48, num_hidden_layers=3, num_attention_heads=2,
-                  num_key_value_heads=1, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-                  linear_key_head_dim=16, linear_value_head_dim=24, linear_conv_kernel_dim=4,
-                  layer_types=["linear_attention", "full_attention", "linear_attention"],
-                  max_position_embeddings=256, initializer_range=0.1, attn_implementation="sdpa",
-                  experts_implementation="eager")  # grouped_mm takes no float64
-    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
-    if name == "qwen3_5":
-        config, model_class = transformers.Qwen3_5TextConfig(intermediate_size=96, **common), \
-            transformers.Qwen3_5ForCausalLM
-    elif name == "qwen3_5_moe":
-        config, model_class = transformers.Qwen3_5MoeTextConfig(**moe, **common), transformers.Qwen3_5MoeForCausalLM
-    else:
-        config, model_class = transformers.Qwen3NextConfig(intermediate_size=96, **moe, **common), \
-            transformers.Qwen3NextForCausalLM
-    torch.manual_seed(seed)
-    return model_class(config).to(dtype).eval()
-
-
-def tokens(batch, length, seed=1):
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-def loss_and_grads(model, ids):
-    model.zero_grad(set_to_none=True)
-    logits = model(ids, use_cache=False).logits
-    # The loss in the logits' dtype (transformers' own loss function upcasts to float32).
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-    loss.backward()
-    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-
-
-def relative_error(a, b):
-    return ((a - b).norm() / b.norm().clamp_min(1e-300)).item()
-
-
-@pytest.fixture
-def gdn_calls(monkeypatch):
-    """Records (T, has initial state, wants final state) of every call that reaches gdn.torch."""
-    calls = []
-    real = gdn.torch.chunk_gated_delta_rule
-
-    def recording(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
-        calls.append((q.shape[1], initial_state is not None, output_final_state))
-        return real(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                    output_final_state=output_final_state, **kwargs)
-
-    monkeypatch.setattr(gdn.torch, "chunk_gated_delta_rule", recording)
-    return calls
+from transformers_support import (  # noqa: E402  (the fixtures are used by name)
+    CHUNK, RECURRENT, float64_compute, gdn_calls, generate, loss_and_grads, modeling, no_patch_leaks, relative_error,
+    tiny_model, tokens)
 
 
 @pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next", "qwen3_5_moe"])
@@ -214,11 +108,6 @@ def test_patched_training_lowers_the_loss(gdn_calls):
     assert losses[-1] < 0.95 * losses[0], losses
 
 
-def generate(model, prompt, steps):
-    return model.generate(prompt, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
-                          pad_token_id=0)
-
-
 def greedy_with_cache(model, prompt, steps):
     """Greedy decoding by hand, keeping the float64 logits (generate() hands them out in float32)."""
     with torch.no_grad():
@@ -278,7 +167,7 @@ def test_adapters_keep_transformers_return_conventions():
     v = torch.randn(B, T, HV, V).to(torch.bfloat16)
     q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
     g, beta = -torch.rand(B, T, HV), torch.rand(B, T, HV).to(torch.bfloat16)
-    reference = getattr(modeling("qwen3_5"), CHUNK).__wrapped__
+    reference = hf.chunk
     for adapter in (gdn_hf.chunk_gated_delta_rule, gdn_hf.recurrent_gated_delta_rule):
         o, state = adapter(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=True, cu_seqlens=None, output_attentions=False, position_ids=None)
@@ -300,20 +189,13 @@ def test_adapter_honours_packed_sequences():
     v, g, beta = torch.randn(1, T, HV, V, dtype=torch.float64), -torch.rand(1, T, HV, dtype=torch.float64), \
         torch.rand(1, T, HV, dtype=torch.float64)
     cu = torch.tensor([0, lengths[0], T], dtype=torch.int32)
-    try:
-        o, state = gdn_hf.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=True, cu_seqlens=cu,
-                                                 use_qk_l2norm_in_kernel=True)
-    except gdn.UnsupportedError as e:
-        if "cu_seqlens" not in str(e):
-            raise
-        pytest.skip(f"this build of gdn has no packed sequences yet: {e}")
-    reference = getattr(modeling("qwen3_5"), CHUNK).__wrapped__
-    with float64_compute("qwen3_5"):
-        for i, (start, end) in enumerate(((0, lengths[0]), (lengths[0], T))):
-            part = [t[:, start:end] for t in (q, k, v, g, beta)]
-            o_ref, state_ref = reference(*part, output_final_state=True, use_qk_l2norm_in_kernel=True)
-            assert relative_error(o[:, start:end], o_ref) < 1e-12
-            assert relative_error(state[i], state_ref[0]) < 1e-12
+    o, state = gdn_hf.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=True, cu_seqlens=cu,
+                                             use_qk_l2norm_in_kernel=True)
+    for i, (start, end) in enumerate(((0, lengths[0]), (lengths[0], T))):
+        part = [t[:, start:end] for t in (q, k, v, g, beta)]
+        o_ref, state_ref = hf.chunk64(*part, output_final_state=True, use_qk_l2norm_in_kernel=True)
+        assert relative_error(o[:, start:end], o_ref) < 1e-12
+        assert relative_error(state[i], state_ref[0]) < 1e-12
 
 
 def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
@@ -368,7 +250,7 @@ def test_layer_that_no_longer_calls_the_module_function_is_refused(monkeypatch):
         return hidden_states
 
     monkeypatch.setattr(layer, "forward", forward)
-    with pytest.raises(gdn.UnsupportedError, match="does not call"):
+    with pytest.raises(gdn.UnsupportedError, match="calls neither"):
         gdn_hf.patch("qwen3_next")
 
 

@@ -6,19 +6,31 @@
     gdn_hf.unpatch()               # the originals back, exactly
     with gdn_hf.patched(): ...     # or for one block only
 
-How: each of these models' layer (``Qwen3_5GatedDeltaNet``, ``Qwen3_5MoeGatedDeltaNet``,
-``Qwen3NextGatedDeltaNet``) looks up two functions of its modeling module at every call:
-``torch_chunk_gated_delta_rule`` (prefill and training) and ``torch_recurrent_gated_delta_rule``
-(cached single-token decoding). ``patch()`` replaces those two module globals with thin adapters
-over ``gdn.torch.chunk_gated_delta_rule``, so every layer of that model type, whenever it was
-built, calls gdn; ``unpatch()`` puts back the very objects it replaced. Nothing else changes: the
-convolution, the norms, the cache and the attention layers stay transformers' own.
+How: ``patch()`` targets what each model's layer (``Qwen3_5GatedDeltaNet``,
+``Qwen3_5MoeGatedDeltaNet``, ``Qwen3NextGatedDeltaNet``) actually calls, read from its
+``forward``'s bytecode. transformers has written these layers two ways:
+
+- the layer looks up two functions of its modeling module at every call,
+  ``torch_chunk_gated_delta_rule`` (prefill, training) and ``torch_recurrent_gated_delta_rule``
+  (cached decoding): ``patch()`` replaces those two module globals. Whatever transformers put
+  there (the plain function, a wrapper that routes to FLA, or the ``kernels`` hub's module
+  standing in for the function) is what gets replaced, so neither FLA nor the hub's wrapper nor
+  ``USE_HUB_KERNELS`` decides where the layer's call goes;
+- the layer's ``__init__`` binds the functions on the instance (``self.chunk_gated_delta_rule =
+  fla_function or torch_chunk_gated_delta_rule``, and ``self.recurrent_gated_delta_rule``):
+  ``patch()`` puts a class attribute on the layer that answers gdn's adapter for every instance,
+  built before or after, and keeps what each instance assigned, for ``unpatch()``.
+
+Every layer of that model type then calls gdn; ``unpatch()`` puts back the very objects it
+replaced. Nothing else changes: the convolution, the norms, the cache and the attention layers
+stay transformers' own.
 
 What the adapters keep from transformers' functions: the positional order of their parameters,
 q/k with the key-head count and v with the value-head count (value head h reads key head
 ``h // (HV // H)``), states ``[B, HV, K, V]``, ``use_qk_l2norm_in_kernel``, the scale
 ``1/sqrt(K)``, and the return value ``(o, final_state)`` with o in the input's dtype and
-final_state None unless ``output_final_state``. What differs, on purpose: ``chunk_size`` is
+final_state None unless ``output_final_state``. A chunk with no tokens (assisted generation
+sends them) returns an empty o and the initial state. What differs, on purpose: ``chunk_size`` is
 ignored (gdn chooses its own blocking; the result is the same recurrence); the final state is in
 gdn's compute dtype (float32, or float64 for float64 inputs, where transformers' function rounds
 to float32) and is a transposed view, which the cache copies; ``cu_seqlens`` (packed sequences,
@@ -27,9 +39,9 @@ FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the layer passes
 transformers' function ignores it.
 
 Which transformers: the check is by structure, not by version string. A model is patched only
-when its modeling module imports, has both functions with the parameters above (positional
-order and ``**kwargs``), and its layer's ``forward`` reads both as module globals. When no known
-model passes, ``patch()`` raises ``gdn.UnsupportedError`` saying, per model, what was found;
+when its modeling module imports, its layer's ``forward`` calls the two functions one of the two
+ways above, and transformers' own functions take the parameters above in that order. When no
+known model passes, ``patch()`` raises ``gdn.UnsupportedError`` saying, per model, what was found;
 when some pass and a model that is present does not, it patches those that pass and warns
 (``UserWarning``) about the others. Models that the installed transformers does not have at all
 are left out silently (``patch()``'s return value says what was patched).
@@ -41,6 +53,8 @@ import importlib
 import inspect
 import threading
 import warnings
+
+import torch
 
 from .. import _errors
 from .. import torch as _gdn_torch
@@ -57,17 +71,19 @@ MODELS = {
 
 _CHUNK = "torch_chunk_gated_delta_rule"
 _RECURRENT = "torch_recurrent_gated_delta_rule"
-# The leading parameters of transformers' functions, in order; both also take **kwargs.
+# The leading parameters of transformers' functions, in order.
 _EXPECTED_PARAMETERS = {
     _CHUNK: ("query", "key", "value", "g", "beta", "chunk_size", "initial_state", "output_final_state",
              "use_qk_l2norm_in_kernel"),
     _RECURRENT: ("query", "key", "value", "g", "beta", "initial_state", "output_final_state",
                  "use_qk_l2norm_in_kernel"),
 }
+# Layers that bind the functions on the instance: attribute name -> the module function it falls back to.
+_INSTANCE_ATTRIBUTES = {"chunk_gated_delta_rule": _CHUNK, "recurrent_gated_delta_rule": _RECURRENT}
 
 _lock = threading.RLock()
-_originals = {}  # short name -> {function name: the object patch() replaced}
-
+_originals = {}  # short name -> {("global" | "attribute", name): the object patch() replaced, or _ABSENT}
+_ABSENT = object()
 
 def _gated_delta_rule(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                       cu_seqlens, scale):
@@ -101,6 +117,28 @@ def recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None, o
 _ADAPTERS = {_CHUNK: chunk_gated_delta_rule, _RECURRENT: recurrent_gated_delta_rule}
 
 
+class _InstanceAdapter:
+    """A class attribute that makes ``layer.<name>`` gdn's adapter on every instance of the layer.
+
+    A data descriptor wins over the instance's own dictionary, so instances built before
+    ``patch()`` call gdn too; what an instance assigns (its ``__init__`` binding FLA's or
+    transformers' function) is stored in its dictionary as usual, where it is found again once
+    ``unpatch()`` removes this attribute.
+    """
+
+    def __init__(self, name, adapter):
+        self.name, self.adapter = name, adapter
+
+    def __get__(self, instance, owner=None):
+        return self.adapter  # a plain function: called as layer.<name>(query, ...), with no self
+
+    def __set__(self, instance, value):
+        instance.__dict__[self.name] = value
+
+    def __delete__(self, instance):
+        instance.__dict__.pop(self.name, None)
+
+
 def _transformers_version():
     try:
         import transformers
@@ -109,31 +147,45 @@ def _transformers_version():
     return getattr(transformers, "__version__", "unknown")
 
 
-def _signature_problem(function_name, function):
+def _call_signature(function):
+    """The signature a call of ``function`` binds to. A torch module standing in for a function (the
+    ``kernels`` hub's wrapper) is called through ``forward``, whose signature is the function's."""
+    if isinstance(function, torch.nn.Module):
+        return inspect.signature(function.forward)
+    return inspect.signature(function)  # follows __wrapped__
+
+
+def _signature_problem(function_name, function, need_var_keyword):
     """Why ``function`` is not called the way the adapter expects, or None when it is."""
     if not callable(function):
         return f"{function_name} is not callable"
     try:
-        parameters = list(inspect.signature(function).parameters.values())  # follows __wrapped__
+        parameters = list(_call_signature(function).parameters.values())
     except (TypeError, ValueError) as e:
         return f"{function_name} has no readable signature ({e})"
     expected = _EXPECTED_PARAMETERS[function_name]
     leading = tuple(p.name for p in parameters[:len(expected)]
                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
     has_var_keyword = any(p.kind == p.VAR_KEYWORD for p in parameters)
-    if leading != expected or not has_var_keyword:
+    if leading != expected or (need_var_keyword and not has_var_keyword):
         found = ", ".join(str(p) for p in parameters)
-        return f"{function_name}({found}) does not start with ({', '.join(expected)}) and take **kwargs"
+        needs = " and take **kwargs" if need_var_keyword else ""
+        return f"{function_name}({found}) does not start with ({', '.join(expected)}){needs}"
     return None
 
 
-def _globals_read_by(function):
+def _names_read_by(function):
+    """(globals, attributes) that the body of ``function`` (under its decorators) loads."""
     code = inspect.unwrap(function).__code__
-    return {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    instructions = list(dis.get_instructions(code))
+    loaded_globals = {i.argval for i in instructions if i.opname == "LOAD_GLOBAL"}
+    attributes = {i.argval for i in instructions if i.opname in ("LOAD_ATTR", "LOAD_METHOD")}
+    return loaded_globals, attributes
 
 
-def _inspect(name):
-    """(module, None) when model ``name`` can be patched (or already is), else (None, (absent, reason))."""
+def _targets(name):
+    """Where model ``name``'s layer looks up the two functions, as ((kind, key, adapter), ...) with the
+    module, or (None, (absent, reason)) when the model cannot be patched."""
     module_name, layer_name = MODELS[name]
     try:
         module = importlib.import_module(module_name)
@@ -147,20 +199,46 @@ def _inspect(name):
     if not inspect.isclass(layer) or not callable(getattr(layer, "forward", None)):
         return None, (False, f"{module_name} has no layer class {layer_name}")
     try:
-        read = _globals_read_by(layer.forward)
+        loaded_globals, attributes = _names_read_by(layer.forward)
     except (AttributeError, TypeError) as e:
         return None, (False, f"{layer_name}.forward cannot be inspected ({e})")
-    for function_name in (_CHUNK, _RECURRENT):
+    targets = []
+    for function_name, adapter in _ADAPTERS.items():
         if not hasattr(module, function_name):
             return None, (False, f"{module_name} has no {function_name}")
-        if function_name not in read:
-            return None, (False, f"{layer_name}.forward does not call the module's {function_name}")
+        attribute = next(a for a, f in _INSTANCE_ATTRIBUTES.items() if f == function_name)
+        if function_name in loaded_globals:
+            targets.append(("global", function_name, adapter))
+        elif attribute in attributes:
+            targets.append(("attribute", attribute, adapter))
+        else:
+            return None, (False, f"{layer_name}.forward calls neither the module's {function_name} nor "
+                                 f"self.{attribute}")
         current = getattr(module, function_name)
-        if current is not _ADAPTERS[function_name]:
-            problem = _signature_problem(function_name, current)
+        if current is not adapter:
+            # Bound on the instance, the function may be FLA's; the call site passes keywords then.
+            problem = _signature_problem(function_name, current, need_var_keyword=targets[-1][0] == "global")
             if problem:
                 return None, (False, f"{module_name}: {problem}")
-    return module, None
+    return (module, layer, tuple(targets)), None
+
+
+def _owner(found, kind):
+    module, layer, _ = found
+    return module if kind == "global" else layer
+
+
+def _install(found, kind, key, adapter):
+    owner = _owner(found, kind)
+    if kind == "global":
+        setattr(owner, key, adapter)
+    else:
+        setattr(owner, key, _InstanceAdapter(key, adapter))
+
+
+def _is_installed(found, kind, key, adapter):
+    current = _owner(found, kind).__dict__.get(key, _ABSENT) if kind == "attribute" else getattr(found[0], key)
+    return current is adapter or (isinstance(current, _InstanceAdapter) and current.adapter is adapter)
 
 
 def _select(models):
@@ -190,7 +268,7 @@ def patch(models=None):
         raise _errors.UnsupportedError("gdn.integrations.transformers.patch(): transformers is not installed")
     with _lock:
         # Inspect everything first: either the call fails and changes nothing, or it patches.
-        inspected = {name: _inspect(name) for name in names}
+        inspected = {name: _targets(name) for name in names}
         ok = [name for name in names if inspected[name][0] is not None]
         failures = {name: inspected[name][1] for name in names if inspected[name][0] is None}
         if not ok or (models is not None and failures):
@@ -198,15 +276,15 @@ def patch(models=None):
             raise _errors.UnsupportedError(
                 f"gdn cannot patch {'any of ' if not ok else ''}{tuple(failures)} in transformers {version}: "
                 f"{reasons}. gdn.integrations.transformers knows these models' gated delta-net layers as transformers "
-                f"5.23 writes them; nothing was patched")
+                f"4.57 to 5.25 write them; nothing was patched")
         for name in ok:
-            module = inspected[name][0]
+            found = inspected[name][0]
             saved = _originals.setdefault(name, {})
-            for function_name, adapter in _ADAPTERS.items():
-                current = getattr(module, function_name)
-                if current is not adapter:
-                    saved[function_name] = current
-                    setattr(module, function_name, adapter)
+            for kind, key, adapter in found[2]:
+                if not _is_installed(found, kind, key, adapter):
+                    owner = _owner(found, kind)
+                    saved[(kind, key)] = getattr(owner, key) if kind == "global" else owner.__dict__.get(key, _ABSENT)
+                    _install(found, kind, key, adapter)
     changed = {name: reason for name, (absent, reason) in failures.items() if not absent}
     if changed:
         warnings.warn("gdn.integrations.transformers.patch(): left on transformers' own functions (structure "
@@ -228,24 +306,35 @@ def unpatch(models=None):
             if not saved:
                 continue
             module = importlib.import_module(MODELS[name][0])
-            for function_name, original in saved.items():
-                if getattr(module, function_name, None) is _ADAPTERS[function_name]:
-                    setattr(module, function_name, original)
+            layer = getattr(module, MODELS[name][1])
+            for (kind, key), original in saved.items():
+                owner = module if kind == "global" else layer
+                adapter = _ADAPTERS[key if kind == "global" else _INSTANCE_ATTRIBUTES[key]]
+                if not _is_installed((module, layer, ()), kind, key, adapter):
+                    warnings.warn(f"gdn.integrations.transformers.unpatch(): {owner.__name__}.{key} was replaced after "
+                                  "gdn patched it; left as it is", UserWarning, stacklevel=2)
+                elif original is _ABSENT:
+                    delattr(owner, key)
                 else:
-                    warnings.warn(f"gdn.integrations.transformers.unpatch(): {MODELS[name][0]}.{function_name} "
-                                  "was replaced after gdn patched it; left as it is", UserWarning, stacklevel=2)
+                    setattr(owner, key, original)
             restored.append(name)
     return tuple(restored)
 
 
 def patched_models():
-    """The short names of the models whose two functions are now gdn's adapters."""
+    """The short names of the models whose layers now call gdn's adapters."""
     import sys
     result = []
-    for name, (module_name, _) in MODELS.items():
-        module = sys.modules.get(module_name)
-        if module is not None and all(getattr(module, f, None) is a for f, a in _ADAPTERS.items()):
-            result.append(name)
+    with _lock:
+        for name, (module_name, layer_name) in MODELS.items():
+            module = sys.modules.get(module_name)
+            saved = _originals.get(name)
+            if module is None or not saved:
+                continue
+            found = (module, getattr(module, layer_name, None), ())
+            if all(_is_installed(found, kind, key, _ADAPTERS[key if kind == "global" else _INSTANCE_ATTRIBUTES[key]])
+                   for kind, key in saved):
+                result.append(name)
     return tuple(result)
 
 
