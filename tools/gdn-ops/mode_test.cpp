@@ -1,5 +1,6 @@
 // gdn-ops test: every backend other than REF against REF, per output tensor.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -104,10 +105,47 @@ public:
             }
         }
         rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
+        if (!c.cu_seqlens.empty() && r.status == GDN_OK && r.stray_write.empty())
+            check_against_sequences_apart(c, inputs, *session, r.outputs, rec, suspect);
         return rec;
     }
 
 private:
+    // A packed case against the same backend's calls on its sequences one by one (cut out by the
+    // harness, not by the library): what docs/VARLEN.md promises, checked without REF, whose
+    // packed calls go through the same splitting code as the backend's. The worst NMSE over the
+    // outputs is the record's metric `seqs` (0: the same values); above the case's limits the
+    // case fails with "packed vs sequences apart" in its note.
+    static void check_against_sequences_apart(const testkit::Case &c, testkit::TensorSet &inputs,
+                                              testkit::BackendSession &session, const testkit::TensorSet &packed,
+                                              Record &rec, bool &suspect) {
+        const testkit::RunResult apart = testkit::run_case(c, inputs, session, testkit::Calls::SequencesApart);
+        std::string failure;
+        double worst = 0;
+        if (apart.status != GDN_OK) failure = std::string(gdn_status_string(apart.status)) + ": " + apart.error;
+        else if (!apart.stray_write.empty()) {
+            failure = apart.stray_write;
+            suspect = true;
+        }
+        const bool compared = failure.empty();
+        for (const std::string &name : output_names(c)) {
+            if (!compared) break;
+            const testkit::Comparison cmp = testkit::compare(packed.read(name), apart.outputs.read(name));
+            const testkit::Threshold thr = testkit::test_threshold(c, name);
+            worst = std::max(worst, cmp.nmse);
+            if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
+                char buf[160];
+                std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", failure.empty() ? "" : ", ",
+                              name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
+                failure += buf;
+            }
+        }
+        rec.values.emplace_back("seqs", failure.empty() ? worst : INFINITY);
+        if (failure.empty()) return;
+        rec.verdict = Verdict::Fail;
+        rec.note += (rec.note.empty() ? "" : "; ") + std::string("packed vs sequences apart: ") + failure;
+    }
+
     const Options &o_;
     const std::vector<testkit::BackendSpec> &backends_;
     const std::vector<WorkItem> &items_;
@@ -115,6 +153,26 @@ private:
     testkit::BackendSession ref_{{"REF", "ref", 0}, 1};
     std::map<std::string, testkit::TensorSet> ref_outputs_;  // by label and seed
 };
+
+// One line for the packed cases' check against their sequences apart (metric `seqs`), per
+// backend: how many agreed, and the worst NMSE among them.
+void say_sequences_apart(const Report &report, const std::vector<testkit::BackendSpec> &backends) {
+    for (const testkit::BackendSpec &b : backends) {
+        int checked = 0, agreed = 0;
+        double worst = 0;
+        for (const Record &r : report.records())
+            for (const auto &[name, value] : r.values)
+                if (r.backend == b.label && name == "seqs") {
+                    ++checked;
+                    if (std::isfinite(value)) ++agreed, worst = std::max(worst, value);
+                }
+        if (checked == 0) continue;
+        char buf[192];
+        std::snprintf(buf, sizeof buf, "  %s: packed calls against their sequences called apart: %d/%d agree (worst nmse %.3g)",
+                      b.label.c_str(), agreed, checked, worst);
+        report.say(buf);
+    }
+}
 
 }  // namespace
 
@@ -141,6 +199,7 @@ int run_test(const Options &o) {
     };
     plan.make_runner = [&] { return std::make_unique<TestRunner>(o, compared, items); };
     run_items(report, plan, o.isolate);
+    say_sequences_apart(report, compared);
     return report.finish();
 }
 
