@@ -136,8 +136,8 @@ TEST_P(Parity, MatchesRef) {
 // generic, 16 for AVX2 and NEON, 64 for AVX-512), read and written by load_state, store_state
 // and the per-panel products. Sv = 128 and 96 (several panels; 96 is not a multiple of 64, so
 // AVX-512 keeps row-major states there), s0 and snapshots, both gate kinds and ops; Sk = 64, and
-// 67 and 45 (not multiples of 4: the transposes' leftover rows, which must use the panels too;
-// 72 ends in a partial panel on every kernel but SSE2's).
+// 67 and 45 (not multiples of 4: the transposes' leftover rows, which must use the panels too),
+// with Sv = 72 (a partial last panel for the 16- and 64-column kernels).
 TEST(ParityKernels, MatchesRefWithEveryKernel) {
     int kernels = 0;
     for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {

@@ -40,6 +40,15 @@ std::vector<std::string> output_names(const testkit::Case &c) {
     return {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
 }
 
+// "dq: nmse=... maxrel=... (limits ...)" when output `name` is outside the case's limits; "" when within.
+std::string outside_limits(const std::string &name, const testkit::Comparison &cmp, const testkit::Threshold &thr) {
+    if (cmp.finite && cmp.nmse <= thr.nmse && cmp.max_rel <= thr.max_rel) return "";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s: %s (limits nmse %.0e, maxrel %.0e)", name.c_str(), cmp.describe().c_str(), thr.nmse,
+                  thr.max_rel);
+    return buf;
+}
+
 // What a run's status says about the case: supported and computed, or refused for a reason
 // that is the backend's to give (not supported), or a failure.
 bool refused_as_unsupported(gdn_status s) { return s == GDN_ERROR_UNSUPPORTED || s == GDN_ERROR_TYPE; }
@@ -96,12 +105,9 @@ public:
             const testkit::Threshold thr = testkit::test_threshold(c, name);
             worst_nmse = std::max(worst_nmse, cmp.nmse);
             worst_rel = std::max(worst_rel, cmp.max_rel);
-            if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
+            if (const std::string outside = outside_limits(name, cmp, thr); !outside.empty()) {
                 rec.verdict = Verdict::Fail;
-                char buf[160];
-                std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", rec.note.empty() ? "" : "; ",
-                              name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
-                rec.note += buf;
+                rec.note += (rec.note.empty() ? "" : "; ") + outside;
             }
         }
         rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
@@ -131,14 +137,9 @@ private:
         for (const std::string &name : output_names(c)) {
             if (!compared) break;
             const testkit::Comparison cmp = testkit::compare(packed.read(name), apart.outputs.read(name));
-            const testkit::Threshold thr = testkit::test_threshold(c, name);
             worst = std::max(worst, cmp.nmse);
-            if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
-                char buf[160];
-                std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", failure.empty() ? "" : ", ",
-                              name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
-                failure += buf;
-            }
+            if (const std::string outside = outside_limits(name, cmp, testkit::test_threshold(c, name)); !outside.empty())
+                failure += (failure.empty() ? "" : ", ") + outside;
         }
         rec.values.emplace_back("seqs", failure.empty() ? worst : INFINITY);
         if (failure.empty()) return;
