@@ -55,6 +55,14 @@ std::vector<ParityCase> parity_cases() {
             both({hs, hs, 1, 2, hs >= 128 ? 70 : 130, 1, 1, 1}, kda, T, true, true, Gate::Mild, BetaFill::Random, 0);
     for (auto [sk, sv] : {std::pair<int64_t, int64_t>{16, 48}, {48, 16}, {128, 32}, {3, 5}})
         for (bool kda : {false, true}) both({sk, sv, 2, 4, 77, 2, 2, 1}, kda, T, true, true, Gate::Mild, BetaFill::Random, 0);
+    // Chunked, with head sizes off the kernels' widths: Sk not a multiple of 4 (the leftover rows
+    // of load_state / store_state's 4 x 4 transposes) with Sv filling several state panels (128)
+    // or ending in a partial one (72, 100: above 64 and not a multiple of 16); s0 on and off,
+    // snapshots stored through the same paths.
+    for (auto [sk, sv] : {std::pair<int64_t, int64_t>{67, 128}, {45, 72}, {50, 100}})
+        for (bool kda : {false, true})
+            for (bool s0 : {true, false})
+                both({sk, sv, 1, 2, sv == 72 ? 130 : 70, 1, 1, 2}, kda, T, true, s0, Gate::Mild, BetaFill::Random, 0);
     // Token counts around the chunk length, snapshots (K > T included), Bq < B, grouped heads.
     for (int64_t t : {1, 9, 33, 64, 65, 130})
         for (int64_t K : {1, 2, 4})
@@ -79,10 +87,11 @@ std::vector<ParityCase> parity_cases() {
     // The per-token forward's groups of four state columns (a group's first pass runs inside
     // another's second): Sv not a multiple of four (a partial group alone or in a pair), a lone
     // full group, Sk padded to whole vectors or not, one token, several, and more than one block
-    // of 16; with and without s0. Unpadded states (strided = false) of 64 and 128 floats per
+    // of 16; with and without s0. Sv = 18 ends in a lone partial group (five groups), Sv = 30 in
+    // a pair's partial second group (eight), both over several pairs. Unpadded states (strided = false) of 64 and 128 floats per
     // column take the loops with the column stride known at compile time and, with several
     // tokens and Sv >= 16, the prefetch of the next pair's columns.
-    for (auto [sk, sv] : {std::pair<int64_t, int64_t>{8, 5}, {16, 12}, {128, 12}, {64, 20}, {128, 24}, {3, 7}})
+    for (auto [sk, sv] : {std::pair<int64_t, int64_t>{8, 5}, {16, 12}, {128, 12}, {64, 20}, {128, 24}, {3, 7}, {32, 18}, {45, 30}})
         for (int64_t t : {1, 5, 20})
             for (bool s0 : {true, false})
                 for (bool strided : {true, false})
@@ -126,16 +135,18 @@ TEST_P(Parity, MatchesRef) {
 // the forward keeps its states in panels of the kernel's widest tile (8 columns for SSE2 and
 // generic, 16 for AVX2 and NEON, 64 for AVX-512), read and written by load_state, store_state
 // and the per-panel products. Sv = 128 and 96 (several panels; 96 is not a multiple of 64, so
-// AVX-512 keeps row-major states there), s0 and snapshots, both gate kinds and ops.
+// AVX-512 keeps row-major states there), s0 and snapshots, both gate kinds and ops; Sk = 64, and
+// 67 and 45 (not multiples of 4: the transposes' leftover rows, which must use the panels too),
+// with Sv = 72 (a partial last panel for the 16- and 64-column kernels).
 TEST(ParityKernels, MatchesRefWithEveryKernel) {
     int kernels = 0;
     for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
         ++kernels;
-        for (int64_t sv : {128, 96})
+        for (auto [sk, sv] : {std::pair<int64_t, int64_t>{64, 128}, {64, 96}, {67, 128}, {45, 72}})
             for (bool kda : {false, true})
                 for (Op op : {Op::Forward, Op::Backward}) {
-                    const Case c = make(op, {64, sv, 1, 2, 70, 1, 1, 3}, kda, GDN_HEAD_MAP_TILED, true, true, Gate::Mild,
+                    const Case c = make(op, {sk, sv, 1, 2, 70, 1, 1, 3}, kda, GDN_HEAD_MAP_TILED, true, true, Gate::Mild,
                                         BetaFill::Random);
                     SCOPED_TRACE(std::string(isa) + " " + c.label());
                     BackendSession ref({"REF", "ref", 0}, 1), cpu({"CPU", "cpu", 0}, 2);

@@ -145,6 +145,8 @@ const Shape kShapes[] = {
     {32, 32, 2, 6, 150, 2, 2, 1, false},   // chunked, 2 value heads per key head
     {16, 16, 2, 4, 3, 4, 2, 2, false},     // per-token forward, q/k shared by 2 sequences, 2 snapshots
     {16, 16, 1, 3, 2, 1, 1, 4, false},     // T < K: slots 2, 3 unwritten (zeroed by the drop-in)
+    {16, 16, 2, 4, 3, 2, 2, 4, false},     // K = T + 1: the one slot 3 unwritten
+    {24, 16, 1, 2, 64, 1, 1, 65, true},    // K = T + 1 on the chunked forward (slot 64), KDA
     {32, 16, 2, 4, 70, 2, 1, 1, true},     // Sk != Sv (beyond upstream), KDA
     {16, 16, 1, 2, 65, 3, 3, 3, true},     // KDA with snapshots
 };

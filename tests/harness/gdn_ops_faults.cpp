@@ -8,6 +8,8 @@
 //            the case must fail with the stray write, and its worker is replaced
 //   overrun  256 bytes written there: through the guard zone into whatever the heap holds
 //            next (the process may die in the case or report the stray write)
+//   apart    every call of a case but its first adds 1 to the first element of the main output:
+//            a packed case's own call agrees with REF, its sequences called apart do not
 // Without GDN_OPS_FAULT it is gdn-ops.
 #include <csignal>
 #include <cstdio>
@@ -23,6 +25,7 @@ namespace {
 
 std::string g_kind, g_backend;
 std::regex g_pattern;
+std::string g_last_label;  // apart: the case of the previous call
 
 void misbehave(const gdn::testkit::Case &c, const gdn::testkit::BackendSession &session, const gdn_tensor &t) {
     if (session.spec().label != g_backend || !std::regex_search(c.label(), g_pattern)) return;
@@ -33,6 +36,10 @@ void misbehave(const gdn::testkit::Case &c, const gdn::testkit::BackendSession &
         int64_t end = t.nb[0];
         for (int d = 0; d < 4; ++d) end += (t.ne[d] - 1) * t.nb[d];
         std::memset(static_cast<char *>(t.data) + end, 0x5A, g_kind == "guard" ? 16 : 256);
+    }
+    if (g_kind == "apart" && session.memory().is_host()) {
+        if (c.label() == g_last_label) *static_cast<float *>(t.data) += 1.0f;
+        g_last_label = c.label();
     }
 }
 

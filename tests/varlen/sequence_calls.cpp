@@ -5,6 +5,7 @@
 
 #include "memory.h"
 #include "problem_data.h"
+#include "sequence_views.h"
 
 namespace gdn::varlentest {
 namespace {
@@ -31,51 +32,15 @@ void check(gdn_status s, gdn_context *ctx, const char *what) {
     if (s != GDN_OK) throw std::runtime_error(std::string(what) + ": " + gdn_status_string(s) + ": " + gdn_last_error(ctx));
 }
 
-gdn_tensor tokens(gdn_tensor t, int64_t begin, int64_t length) {
-    if (t.data == nullptr) return t;
-    t.data = static_cast<char *>(t.data) + begin * t.nb[2];
-    t.ne[2] = length;
-    return t;
-}
-
-gdn_tensor state_of(gdn_tensor t, int64_t n) {
-    if (t.data == nullptr) return t;
-    t.data = static_cast<char *>(t.data) + n * t.nb[3];
-    t.ne[3] = 1;
-    return t;
-}
-
-gdn_tensor slots_of(gdn_tensor t, int64_t n, int64_t N, int64_t K) {
-    if (t.data == nullptr) return t;
-    t.data = static_cast<char *>(t.data) + n * t.nb[3];
-    t.nb[3] *= N;
-    t.ne[3] = K;
-    return t;
-}
-
 void call(const testkit::Case &c, testkit::TensorSet &in, testkit::TensorSet &out, gdn_context *ctx, bool per_sequence) {
     testkit::Mirror min(in, testkit::host_memory()), mout(out, testkit::host_memory());
-    const gdn_problem packed = testkit::problem_of(c, min);
-    const gdn_tensor d_out = min.tensor("d_out"), d_states = min.tensor("d_states");
-    const gdn_tensor o = mout.tensor("out"), states = mout.tensor("states");
-    const gdn_grads grads = testkit::grads_of(mout);
-    auto run = [&](const gdn_problem &p, const gdn_tensor &o_, const gdn_tensor &st_, const gdn_tensor &dO, const gdn_tensor &dS,
-                   const gdn_grads &g) {
-        if (c.op == testkit::Op::Forward) check(gdn_forward(ctx, &p, &o_, &st_), ctx, "gdn_forward");
-        else check(gdn_backward(ctx, &p, &dO, &dS, &g), ctx, "gdn_backward");
+    const testkit::CallTensors packed = testkit::call_tensors(c, min, mout);
+    auto run = [&](const testkit::CallTensors &t) {
+        if (c.op == testkit::Op::Forward) check(gdn_forward(ctx, &t.problem, &t.out, &t.states), ctx, "gdn_forward");
+        else check(gdn_backward(ctx, &t.problem, &t.d_out, &t.d_states, &t.grads), ctx, "gdn_backward");
     };
-    if (!per_sequence) return run(packed, o, states, d_out, d_states, grads);
-    const int64_t N = c.sequences(), K = c.shape.K;
-    for (int64_t n = 0; n < N; ++n) {
-        const int64_t begin = c.cu_seqlens[n], length = c.cu_seqlens[n + 1] - begin;
-        gdn_problem p = packed;
-        p.cu_seqlens = gdn_tensor{};
-        for (gdn_tensor *t : {&p.q, &p.k, &p.v, &p.g, &p.beta}) *t = tokens(*t, begin, length);
-        p.state = state_of(p.state, n);
-        const gdn_grads g{tokens(grads.q, begin, length), tokens(grads.k, begin, length), tokens(grads.v, begin, length),
-                          tokens(grads.g, begin, length), tokens(grads.beta, begin, length), state_of(grads.state, n)};
-        run(p, tokens(o, begin, length), slots_of(states, n, N, K), tokens(d_out, begin, length), slots_of(d_states, n, N, K), g);
-    }
+    if (!per_sequence) return run(packed);
+    for (int64_t n = 0; n < c.sequences(); ++n) run(testkit::sequence_views(c, packed, n));
 }
 
 }  // namespace

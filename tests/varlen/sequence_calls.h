@@ -1,6 +1,7 @@
-// Packed calls (cu_seqlens) next to the per-sequence calls on the same tokens: the test's own
-// reading of docs/VARLEN.md's layout (sequence n = tokens [cu[n], cu[n+1]), state index n,
-// snapshot slot s at index s*N + n), independent of the library's src/core/sequences.cpp.
+// Packed calls (cu_seqlens) next to the per-sequence calls on the same tokens: the test kit's
+// reading of docs/VARLEN.md's layout (tools/testkit/sequence_views.h: sequence n = tokens
+// [cu[n], cu[n+1]), state index n, snapshot slot s at index s*N + n), independent of the
+// library's src/core/sequences.cpp.
 #pragma once
 
 #include <cstdint>

@@ -165,6 +165,50 @@ TEST_P(BadOffsets, RefusedBeforeAnythingIsWritten) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, BadOffsets, ::testing::Values("ref", "cpu"));
 
+// The ends of the offsets and their last pair, each in a row of its own (the rows above spoil
+// the middle pairs; a check that stopped one pair short would be seen only here), through the
+// call and its dry run, forward and backward, I64 and I32: GDN_ERROR_SHAPE, a message naming
+// cu_seqlens at the offending index with the values, nothing written.
+struct BadEnds {
+    const char *name;
+    std::vector<int64_t> offsets;
+    std::vector<std::string> mentions;  // substrings gdn_last_error must contain
+};
+
+class BadOffsetEnds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BadOffsetEnds, RefusedWithTheIndexAndValues) {
+    static_assert(kN == 3, "the rows below hold kN + 1 offsets");
+    const BadEnds rows[] = {
+        {"last_pair_decreasing", {0, 3, kT, kT - 1}, {"cu_seqlens[3] = 9", "cu_seqlens[2] = 10"}},
+        {"last_short_of_tokens", {0, 3, 7, kT - 1}, {"cu_seqlens[3] = 9", "q.ne[2] = 10"}},
+        {"last_past_the_tokens", {0, 3, 7, kT + 1}, {"cu_seqlens[3] = 11", "q.ne[2] = 10"}},
+        {"first_not_zero", {2, 3, 7, kT}, {"cu_seqlens[0] = 2"}},
+    };
+    gdn_context *ctx = nullptr;
+    ASSERT_EQ(gdn_context_create(GetParam().c_str(), nullptr, &ctx), GDN_OK);
+    for (const BadEnds &row : rows)
+        for (Op op : {Op::Forward, Op::Backward})
+            for (bool i32 : {false, true})
+                for (bool compute : {false, true}) {
+                    SCOPED_TRACE(std::string(row.name) + (op == Op::Forward ? " forward" : " backward") + (i32 ? " I32" : " I64") +
+                                 (compute ? " (call)" : " (dry run)"));
+                    PackedCall call;
+                    call.offsets64 = row.offsets;
+                    call.offsets32.assign(row.offsets.begin(), row.offsets.end());
+                    call.use_i32(i32);
+                    const auto fwd_before = snapshot(call.forward_outputs), bwd_before = snapshot(call.backward_outputs);
+                    EXPECT_EQ(call.run(ctx, op, compute), GDN_ERROR_SHAPE) << gdn_last_error(ctx);
+                    const std::string message = gdn_last_error(ctx);
+                    for (const std::string &m : row.mentions) EXPECT_NE(message.find(m), std::string::npos) << message;
+                    EXPECT_TRUE(snapshot(call.forward_outputs) == fwd_before);
+                    EXPECT_TRUE(snapshot(call.backward_outputs) == bwd_before);
+                }
+    gdn_context_free(ctx);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BadOffsetEnds, ::testing::Values("ref", "cpu"));
+
 // The valid call works with I64 and with I32 offsets, and both give the same bits.
 TEST(GoodOffsets, I32AndI64GiveTheSameResult) {
     gdn_context *ctx = nullptr;

@@ -1,5 +1,6 @@
 // gdn-ops test: every backend other than REF against REF, per output tensor.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -37,6 +38,15 @@ namespace {
 std::vector<std::string> output_names(const testkit::Case &c) {
     if (c.op == testkit::Op::Forward) return {"out", "states"};
     return {"dq", "dk", "dv", "dg", "dbeta", "ds0"};
+}
+
+// "dq: nmse=... maxrel=... (limits ...)" when output `name` is outside the case's limits; "" when within.
+std::string outside_limits(const std::string &name, const testkit::Comparison &cmp, const testkit::Threshold &thr) {
+    if (cmp.finite && cmp.nmse <= thr.nmse && cmp.max_rel <= thr.max_rel) return "";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s: %s (limits nmse %.0e, maxrel %.0e)", name.c_str(), cmp.describe().c_str(), thr.nmse,
+                  thr.max_rel);
+    return buf;
 }
 
 // What a run's status says about the case: supported and computed, or refused for a reason
@@ -95,19 +105,48 @@ public:
             const testkit::Threshold thr = testkit::test_threshold(c, name);
             worst_nmse = std::max(worst_nmse, cmp.nmse);
             worst_rel = std::max(worst_rel, cmp.max_rel);
-            if (!cmp.finite || !(cmp.nmse <= thr.nmse) || !(cmp.max_rel <= thr.max_rel)) {
+            if (const std::string outside = outside_limits(name, cmp, thr); !outside.empty()) {
                 rec.verdict = Verdict::Fail;
-                char buf[160];
-                std::snprintf(buf, sizeof buf, "%s%s: %s (limits nmse %.0e, maxrel %.0e)", rec.note.empty() ? "" : "; ",
-                              name.c_str(), cmp.describe().c_str(), thr.nmse, thr.max_rel);
-                rec.note += buf;
+                rec.note += (rec.note.empty() ? "" : "; ") + outside;
             }
         }
         rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
+        if (!c.cu_seqlens.empty() && r.status == GDN_OK && r.stray_write.empty())
+            check_against_sequences_apart(c, inputs, *session, r.outputs, rec, suspect);
         return rec;
     }
 
 private:
+    // A packed case against the same backend's calls on its sequences one by one (cut out by the
+    // harness, not by the library): what docs/VARLEN.md promises, checked without REF, whose
+    // packed calls go through the same splitting code as the backend's. The worst NMSE over the
+    // outputs is the record's metric `seqs` (0: the same values); above the case's limits the
+    // case fails with "packed vs sequences apart" in its note.
+    static void check_against_sequences_apart(const testkit::Case &c, testkit::TensorSet &inputs,
+                                              testkit::BackendSession &session, const testkit::TensorSet &packed,
+                                              Record &rec, bool &suspect) {
+        const testkit::RunResult apart = testkit::run_case(c, inputs, session, testkit::Calls::SequencesApart);
+        std::string failure;
+        double worst = 0;
+        if (apart.status != GDN_OK) failure = std::string(gdn_status_string(apart.status)) + ": " + apart.error;
+        else if (!apart.stray_write.empty()) {
+            failure = apart.stray_write;
+            suspect = true;
+        }
+        const bool compared = failure.empty();
+        for (const std::string &name : output_names(c)) {
+            if (!compared) break;
+            const testkit::Comparison cmp = testkit::compare(packed.read(name), apart.outputs.read(name));
+            worst = std::max(worst, cmp.nmse);
+            if (const std::string outside = outside_limits(name, cmp, testkit::test_threshold(c, name)); !outside.empty())
+                failure += (failure.empty() ? "" : ", ") + outside;
+        }
+        rec.values.emplace_back("seqs", failure.empty() ? worst : INFINITY);
+        if (failure.empty()) return;
+        rec.verdict = Verdict::Fail;
+        rec.note += (rec.note.empty() ? "" : "; ") + std::string("packed vs sequences apart: ") + failure;
+    }
+
     const Options &o_;
     const std::vector<testkit::BackendSpec> &backends_;
     const std::vector<WorkItem> &items_;
@@ -115,6 +154,26 @@ private:
     testkit::BackendSession ref_{{"REF", "ref", 0}, 1};
     std::map<std::string, testkit::TensorSet> ref_outputs_;  // by label and seed
 };
+
+// One line for the packed cases' check against their sequences apart (metric `seqs`), per
+// backend: how many agreed, and the worst NMSE among them.
+void say_sequences_apart(const Report &report, const std::vector<testkit::BackendSpec> &backends) {
+    for (const testkit::BackendSpec &b : backends) {
+        int checked = 0, agreed = 0;
+        double worst = 0;
+        for (const Record &r : report.records())
+            for (const auto &[name, value] : r.values)
+                if (r.backend == b.label && name == "seqs") {
+                    ++checked;
+                    if (std::isfinite(value)) ++agreed, worst = std::max(worst, value);
+                }
+        if (checked == 0) continue;
+        char buf[192];
+        std::snprintf(buf, sizeof buf, "  %s: packed calls against their sequences called apart: %d/%d agree (worst nmse %.3g)",
+                      b.label.c_str(), agreed, checked, worst);
+        report.say(buf);
+    }
+}
 
 }  // namespace
 
@@ -141,6 +200,7 @@ int run_test(const Options &o) {
     };
     plan.make_runner = [&] { return std::make_unique<TestRunner>(o, compared, items); };
     run_items(report, plan, o.isolate);
+    say_sequences_apart(report, compared);
     return report.finish();
 }
 

@@ -32,6 +32,8 @@ public:
     void backend_summary(const std::string &backend) const;
     // Prints the closing line (console) or the whole document (CSV, JSON); returns the exit code.
     int finish() const;
+    // Every record added so far, in order.
+    const std::vector<Record> &records() const { return records_; }
 
 private:
     struct Counts {

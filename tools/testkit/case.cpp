@@ -133,6 +133,39 @@ void model_group(std::vector<Case> &out) {
     for (const Case &c : model_cases("qwen3-next-80b-a3b", 128, 128, 16, 32, {65}, "model")) out.push_back(c);
 }
 
+// Head sizes off every width the cpu kernels work in (edge group): key sizes that are not a
+// multiple of 4 (the leftover rows of the state's 4 x 4 transposes in load_state / store_state)
+// nor of 8 (the per-token rows' padding), value sizes that fill several state panels (128: the
+// forward's panels of 8, 16 or 64 columns, read in place) or end in a partial one (72, 100:
+// above 64, and not a multiple of 16 or 64), and per-token states whose last group of four
+// columns is partial, alone (Sv = 18: five groups) or in a pair (Sv = 30: eight). Chunked
+// (T = 70, 130: across chunk boundaries) and per-token forwards (T <= 16); the backward of every
+// shape; with and without s0, both gate kinds, snapshots stored through the same leftover paths.
+void awkward_sizes(std::vector<Case> &out) {
+    struct Awkward {
+        int64_t Sk, Sv, T, K;
+        bool kda, s0;
+    };
+    const Awkward shapes[] = {
+        {67, 128, 70, 1, false, true}, {67, 128, 70, 3, true, true},  // chunked: leftover rows, several panels
+        {50, 72, 130, 2, false, true}, {45, 100, 70, 1, true, false},  // chunked: a partial last panel
+        {32, 18, 5, 2, false, true},   {45, 30, 16, 1, true, true},    // per-token: a partial last group
+        {20, 21, 1, 1, false, true},   {45, 30, 9, 2, false, false},
+    };
+    for (const Awkward &a : shapes) {
+        Shape s;
+        s.Sk = a.Sk;
+        s.Sv = a.Sv;
+        s.Hk = 1;
+        s.Hv = 2;
+        s.T = a.T;
+        s.K = a.K;
+        Case c = make("edge", s, a.kda, true);
+        c.s0 = a.s0;
+        add_both_ops(out, c);
+    }
+}
+
 void edge_group(std::vector<Case> &out) {
     Shape base;
     base.Sk = base.Sv = 16;
@@ -216,6 +249,7 @@ void edge_group(std::vector<Case> &out) {
         }
         add_both_ops(out, edge(s, size == 4));
     }
+    awkward_sizes(out);
 }
 
 void fd_group(std::vector<Case> &out) {

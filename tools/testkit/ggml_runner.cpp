@@ -85,6 +85,8 @@ public:
             !same_tensor(p.g, p_.g) || !same_tensor(p.beta, p_.beta) || !same_tensor(p.state, p_.state) ||
             !same_tensor(o, out_) || !same_tensor(st, states_))
             build(p, o, st);
+        const UnwrittenSlots unwritten = unwritten_slots(p, st);
+        if (unwritten.floats > 0) std::memset(unwritten.first, 0xFF, sizeof(float) * unwritten.floats);  // NaN
         const auto start = std::chrono::steady_clock::now();
         const ggml_status gs = ggml_graph_compute(graph_, &plan_);
         seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -92,6 +94,12 @@ public:
             why = "ggml_graph_compute failed with status " + std::to_string(static_cast<int>(gs));
             return GDN_ERROR_BACKEND;
         }
+        for (int64_t i = 0; i < unwritten.floats; ++i)
+            if (unwritten.first[i] != 0.0f) {
+                why = "gdn_ggml_gated_delta_net did not zero the snapshot slots T..K-1 that the call does not write: "
+                      "float " + std::to_string(i) + " of them is " + std::to_string(unwritten.first[i]);
+                return GDN_ERROR_BACKEND;
+            }
         const int64_t Sv = p.v.ne[0], Hv = p.v.ne[1], T = p.v.ne[2], B = p.v.ne[3];
         const float *packed = static_cast<const float *>(result_->data);
         if (o.data) copy_out(packed, o, o.ne[3]);
@@ -102,6 +110,20 @@ public:
     double last_compute_seconds() const override { return seconds_; }
 
 private:
+    // The drop-in zeroes the packed result's slots T..K-1 (docs/GGML.md; upstream leaves them
+    // undefined, and the harness's outputs take only the written slots): where they are, so that
+    // forward poisons them before each run and checks them after it. None for upstream or K <= T.
+    struct UnwrittenSlots {
+        float *first = nullptr;
+        int64_t floats = 0;
+    };
+    UnwrittenSlots unwritten_slots(const gdn_problem &p, const gdn_tensor &st) const {
+        const int64_t Sk = p.q.ne[0], Sv = p.v.ne[0], Hv = p.v.ne[1], T = p.v.ne[2], B = p.v.ne[3];
+        const int64_t K = st.data ? st.ne[3] / B : 1, slot = Sk * Sv * Hv * B;
+        if (op_ != GgmlOp::Gdn || K <= T) return {};
+        return {static_cast<float *>(result_->data) + Sv * Hv * T * B + T * slot, (K - T) * slot};
+    }
+
     void release() {
         if (meta_) ggml_free(meta_);
         if (ctx_) ggml_free(ctx_);

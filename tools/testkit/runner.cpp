@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "problem_data.h"
+#include "sequence_views.h"
 
 namespace gdn::testkit {
 
@@ -79,27 +80,30 @@ std::string BackendSession::last_error() const { return ggml_ ? ggml_error_ : gd
 
 namespace {
 
-gdn_status call(const Case &c, const Mirror &in, const Mirror &out, BackendSession &session, bool compute) {
-    const gdn_problem p = problem_of(c, in);
-    if (c.op == Op::Forward) {
-        const gdn_tensor o = out.tensor("out"), states = out.tensor("states");
-        return session.forward(p, &o, &states, compute);
-    }
-    const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
-    const gdn_grads grads = grads_of(out);
-    return session.backward(p, &d_out, &d_states, &grads, compute);
+gdn_status call(const Case &c, const CallTensors &t, BackendSession &session, bool compute) {
+    if (c.op == Op::Forward) return session.forward(t.problem, &t.out, &t.states, compute);
+    return session.backward(t.problem, &t.d_out, &t.d_states, &t.grads, compute);
+}
+
+// The case's call, or (calls = SequencesApart) its sequences one call each, stopping at the
+// first that fails.
+gdn_status run_calls(const Case &c, const CallTensors &t, BackendSession &session, Calls calls) {
+    if (calls == Calls::AsGiven || c.cu_seqlens.empty()) return call(c, t, session, true);
+    for (int64_t n = 0; n < c.sequences(); ++n)
+        if (const gdn_status s = call(c, sequence_views(c, t, n), session, true); s != GDN_OK) return s;
+    return GDN_OK;
 }
 
 }  // namespace
 
-RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session) {
+RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session, Calls calls) {
     RunResult r;
     try {
         r.outputs = make_outputs(c, inputs.type());
         Mirror in(inputs, session.memory()), out(r.outputs, session.memory());
         in.upload();
         out.upload();
-        r.status = call(c, in, out, session, true);
+        r.status = run_calls(c, call_tensors(c, in, out), session, calls);
         if (after_call_hook) after_call_hook(c, session, out.tensor(c.op == Op::Forward ? "out" : "dv"));
         if (r.status != GDN_OK) r.error = session.last_error();
         out.download();
@@ -116,7 +120,7 @@ RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session) {
 gdn_status check_case(const Case &c, TensorSet &inputs, BackendSession &session, std::string &why) {
     TensorSet outputs = make_outputs(c, inputs.type());
     Mirror in(inputs, host_memory()), out(outputs, host_memory());
-    const gdn_status s = call(c, in, out, session, false);
+    const gdn_status s = call(c, call_tensors(c, in, out), session, false);
     why = s == GDN_OK ? "" : session.last_error();
     return s;
 }

@@ -77,8 +77,13 @@ struct RunResult {
 using AfterCallHook = void (*)(const Case &c, const BackendSession &session, const gdn_tensor &main_output);
 extern AfterCallHook after_call_hook;
 
+// How a packed case (cu_seqlens) is called: as one call, or each of its sequences apart, as an
+// unpacked call on views of the packed tensors (sequence_views.h), which must give what the
+// packed call gives (docs/VARLEN.md). Unpacked cases are one call either way.
+enum class Calls { AsGiven, SequencesApart };
+
 // Runs case c (its op) on the session with the given host inputs; outputs come back to the host.
-RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session);
+RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session, Calls calls = Calls::AsGiven);
 
 // Whether the session's backend takes the case with these host inputs (gdn_check_forward /
 // gdn_check_backward: validation only, nothing is computed or dereferenced).
