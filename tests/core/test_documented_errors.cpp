@@ -14,23 +14,12 @@
 
 #include <gdn/gdn.h>
 
-namespace {
+#include "case.h"
+#include "memory.h"
+#include "problem_data.h"
+#include "tensor_set.h"
 
-// F32 tensor of the given shape over `data`, contiguous.
-gdn_tensor f32(std::vector<float> &data, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
-    data.assign(size_t(n0 * n1 * n2 * n3), 0.0f);
-    gdn_tensor t{};
-    t.data = data.data();
-    t.type = GDN_TYPE_F32;
-    const int64_t ne[4] = {n0, n1, n2, n3};
-    int64_t stride = sizeof(float);
-    for (int d = 0; d < 4; ++d) {
-        t.ne[d] = ne[d];
-        t.nb[d] = stride;
-        stride *= ne[d];
-    }
-    return t;
-}
+namespace {
 
 struct BadCall {
     const char *what;
@@ -51,23 +40,24 @@ const std::vector<Document> kDocuments = {
     {"docs/SPEC.md", {kHeadsDoNotDivide}},
 };
 
-// gdn_forward's message for `call` on the ref backend, after checking its status.
+// gdn_forward's message for `call` on the ref backend, after checking its status: the inputs and
+// outputs of a valid call with Hk = 16 (the testkit's, poisoned and guarded), then q and k given
+// the call's key heads (fewer, so the views stay inside their buffers).
 std::string message_of(const BadCall &call) {
-    constexpr int64_t S = 128, T = 4, B = 1;
-    std::vector<float> q_data, k_data, v_data, g_data, beta_data, out_data, state_data;
-    gdn_problem p{};
-    p.q = f32(q_data, S, call.Hk, T, B);
-    p.k = f32(k_data, S, call.Hk, T, B);
-    p.v = f32(v_data, S, call.Hv, T, B);
-    p.g = f32(g_data, 1, call.Hv, T, B);
-    p.beta = f32(beta_data, 1, call.Hv, T, B);
-    gdn_tensor out = f32(out_data, S, call.Hv, T, B);
-    gdn_tensor final_state = f32(state_data, S, S, call.Hv, B);
+    gdn::testkit::Case c;
+    c.op = gdn::testkit::Op::Forward;
+    c.shape = {128, 128, 16, call.Hv, 4, 1, 1, 1};  // Sk, Sv, Hk, Hv, T, B, Bq, K
+    gdn::testkit::TensorSet inputs = gdn::testkit::make_inputs(c, GDN_TYPE_F32, 1);
+    gdn::testkit::TensorSet outputs = gdn::testkit::make_outputs(c, GDN_TYPE_F32);
+    const gdn::testkit::Mirror input_views(inputs, gdn::testkit::host_memory());
+    gdn_problem p = gdn::testkit::problem_of(c, input_views);
+    p.q.ne[1] = p.k.ne[1] = call.Hk;
+    gdn_tensor out = outputs.host("out"), states = outputs.host("states");
 
     gdn_context *ctx = nullptr;
     EXPECT_EQ(gdn_context_create("ref", nullptr, &ctx), GDN_OK);
     if (ctx == nullptr) return {};
-    EXPECT_EQ(gdn_forward(ctx, &p, &out, &final_state), call.status) << call.what;
+    EXPECT_EQ(gdn_forward(ctx, &p, &out, &states), call.status) << call.what;
     const std::string message = gdn_last_error(ctx);
     gdn_context_free(ctx);
     return message;
