@@ -37,6 +37,17 @@ constexpr uint64_t kWeightsStream = 0x5EED0001, kTrainStream = 0x5EED0002, kHeld
 
 }  // namespace
 
+TrainConfig quick_config() {
+    TrainConfig cfg;
+    cfg.task = {32, 4, 32};
+    cfg.model.vocab = 32;
+    cfg.model.width = 32;
+    cfg.steps = 600;
+    cfg.batch = 16;
+    cfg.warmup = 30;
+    return cfg;
+}
+
 gdn_context *open_backend(const std::string &name, int threads, std::FILE *log) {
     gdn_context_params params = gdn_context_default_params();
     params.n_threads = threads;

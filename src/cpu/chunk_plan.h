@@ -33,13 +33,12 @@ struct GroupRef {
 };
 
 // The default chunk length, at least one GEMM kernel panel so that the L x L products fill whole
-// panels. Measured on AVX2 (16-column panels; docs/PERF.md, "Chunk length"), 32 tokens against
+// panels. Measured on AVX2 (16-column panels; docs/PERF.md, "Design findings"), 32 tokens against
 // 64: forward 0.93-0.99 of the time, KDA backward 0.84-0.92 (its L x L products are per unit,
 // not per group). A backward keeps a state per chunk and unit, so 32 doubles those checkpoints:
 // worth it for KDA, not for the GDA backward (0.96-1.05), which keeps 64. 16 is no faster than
 // 32. With AVX-512 the same choice (with 12 x 32 tiles for the products with a side of 32)
-// measured forward 0.94-1.00 (a noisy host) and KDA backward 0.94 of 64 tokens with 6 x 64 tiles
-// ("Tiles for 32-token chunks").
+// measured forward 0.94-1.00 (a noisy host) and KDA backward 0.94 of 64 tokens with 6 x 64 tiles.
 inline int64_t default_chunk(bool backward, bool kda) {
     return std::max<int64_t>(backward && !kda ? 64 : 32, gemm_panel_width());
 }

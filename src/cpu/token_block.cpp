@@ -156,8 +156,8 @@ struct GroupPlaces {
     // With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's first
     // reads would wait on L3: its eight columns (P / 2 lines, contiguous in the state when Stride
     // is its column stride) are prefetched a quarter per step over this pair's first four steps
-    // (docs/PERF.md, "Decoding, pipelined": without it this kernel lost to the one before it at
-    // 48 heads and T = 4; at T = 1 each step's first pass is already the next group's read).
+    // (measured: without it this kernel lost to the one before it, `70e1a57`, at 48 heads and
+    // T = 4; at T = 1 each step's first pass is already the next group's read).
     // Step (g, t)'s quarter, or nullptr.
     template <int64_t Stride>
     GDN_INLINE const char *next_pair_part(int64_t g, int64_t t) const {

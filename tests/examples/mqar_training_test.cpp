@@ -11,16 +11,10 @@
 namespace mqar {
 namespace {
 
-// A smaller task than the default (32 tokens, 4 pairs, vocabulary 32), so that it learns in
-// a few seconds on the ref backend.
+// The run of gdn-mqar --quick (a smaller task than the default: 32 tokens, 4 pairs, vocabulary
+// 32), so that it learns in a few seconds, and what it promises is what is tested.
 TrainConfig short_run() {
-    TrainConfig cfg;
-    cfg.task = {32, 4, 32};
-    cfg.model.vocab = 32;
-    cfg.model.width = 32;
-    cfg.steps = 600;
-    cfg.batch = 16;
-    cfg.warmup = 30;
+    TrainConfig cfg = quick_config();
     cfg.eval_every = 0;  // evaluate once, at the end
     cfg.eval_sequences = 200;
     cfg.log_every = 0;

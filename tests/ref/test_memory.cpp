@@ -1,6 +1,6 @@
 // Memory of the ref backward at the Qwen3.5-27B shape (Sk = Sv = 128, Hk = 16, Hv = 48) over
 // T = 4096 tokens, B = 1: the backward recomputes states from checkpoints (docs/DESIGN.md,
-// "The shared per-token math") instead of storing every state, so its workspace grows with
+// "The ref oracle") instead of storing every state, so its workspace grows with
 // sqrt(T), not with T * Sk * Sv (which would be 512 MiB for a single value head, 24 GiB for
 // the layer).
 //
