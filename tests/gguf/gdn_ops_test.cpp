@@ -64,7 +64,7 @@ TEST_F(GdnOpsGguf, PerfRunsAtTheModelShape) {
     EXPECT_EQ(run.exit_code, 0) << run.output;
     EXPECT_TRUE(contains(run.output, kQwen35Shape)) << run.output;
     EXPECT_TRUE(contains(run.output, "GATED_DELTA_NET(Sk=128,Sv=128,Hk=16,Hv=48,T=1,")) << run.output;
-    EXPECT_TRUE(contains(run.output, "[REF]: ms=")) << run.output;
+    EXPECT_TRUE(contains(run.output, ": timed [REF] ms=")) << run.output;
 }
 
 TEST_F(GdnOpsGguf, GradPassesAtTheModelShape) {

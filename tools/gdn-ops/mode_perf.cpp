@@ -36,7 +36,7 @@ public:
         std::optional<Record> start_failure;
         testkit::BackendSession *session = sessions_.get(spec, start_failure);
         if (!session) return start_failure;
-        Record rec{spec.label, c.label(), c.group, Verdict::Info, "", {}};
+        Record rec{spec.label, c.label(), c.group, Verdict::Timed, "", {}};
         testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o_.seed));
         std::string why;
         const gdn_status support = testkit::check_case(c, inputs, *session, why);
@@ -129,7 +129,7 @@ private:
 }  // namespace
 
 int run_perf(const Options &o) {
-    Report report(o.output, "perf");
+    Report report(o, Mode::Perf);
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, false, backends)) return 2;
     const Peak peak = measure_peak(o.threads);
@@ -139,7 +139,9 @@ int run_perf(const Options &o) {
                   "case: peak_GFLOP/s)",
                   peak.gflops, peak.isa, peak.threads, peak.threads == 1 ? "" : "s");
     report.say(head);
-    report.add({"host", "peak", "perf", Verdict::Info, peak.isa, {{"gflops", peak.gflops}, {"threads", peak.threads}}});
+    report.fact("peak_isa", peak.isa);
+    report.fact("peak_threads", peak.threads);
+    report.fact("startup_peak_GFLOP/s", peak.gflops);
     const std::vector<testkit::Case> cases = select_cases(o);
     const std::vector<WorkItem> items = work_items(backends.size(), cases, 1);
     ItemPlan plan;

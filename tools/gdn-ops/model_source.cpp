@@ -1,8 +1,9 @@
-// Model shapes from the GGUF metadata reader and the preset table (src/gguf).
+// Model shapes from the GGUF metadata reader, the config.json reader and the preset table (src/gguf).
 #include "model_source.h"
 
 #include <cstdio>
 
+#include "gguf/hf_config.h"
 #include "gguf/model_shape.h"
 #include "gguf/presets.h"
 
@@ -39,6 +40,17 @@ bool model_from_gguf(const std::string &path, ModelShape &out, std::string &erro
         return false;
     }
     out = to_options_shape(shape);
+    return true;
+}
+
+bool model_from_hf_config(const std::string &path, ModelShape &out, std::string &error) {
+    gguf::ModelShape shape;
+    if (!gguf::model_shape_from_hf_config_file(path, shape, error)) {
+        error = "--hf-config " + error;
+        return false;
+    }
+    out = to_options_shape(shape);
+    out.heads = GDN_HEAD_MAP_GROUPED;  // transformers' layout; llama.cpp reorders to tiled when converting
     return true;
 }
 

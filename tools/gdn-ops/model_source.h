@@ -1,4 +1,5 @@
-// Where a model's shape comes from: a built-in preset or a GGUF file's metadata.
+// Where a model's shape comes from: a built-in preset, a GGUF file's metadata or a Hugging Face
+// config.json.
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@ namespace gdn::ops {
 
 bool model_from_preset(const std::string &name, ModelShape &out, std::string &error);
 bool model_from_gguf(const std::string &path, ModelShape &out, std::string &error);
+bool model_from_hf_config(const std::string &path, ModelShape &out, std::string &error);
 // Prints the presets with where their numbers come from (gdn-ops list --preset).
 void print_presets();
 
