@@ -116,7 +116,7 @@ bool model_shape_from_hf_config(const json::Value &config, ModelShape &out, std:
     shape.arch = first_string(s.object, {"model_type"});
     if (shape.arch.empty()) shape.arch = first_string(config, {"model_type"});
     if (shape.arch.empty()) shape.arch = "config.json";
-    shape.name = first_string(config, {"_name_or_path", "architectures"});
+    shape.name = first_string(config, {"_name_or_path", "architectures", "model_type"});
     if (shape.name.empty()) shape.name = shape.arch;
     out = std::move(shape);
     return true;

@@ -93,10 +93,14 @@ private:
         while (true) {
             skip_space();
             if (!peek('"')) return fail("expected a key (a string) in the object");
+            const size_t key_at = at_;
             std::string key;
             if (!string(key)) return false;
             for (const auto &member : out.members)
-                if (member.first == key) return fail("duplicate key \"" + key + "\"");
+                if (member.first == key) {
+                    at_ = key_at;
+                    return fail("duplicate key \"" + key + "\"");
+                }
             skip_space();
             if (!peek(':')) return fail("expected ':' after the key \"" + key + "\"");
             ++at_;
