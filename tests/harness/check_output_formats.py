@@ -18,6 +18,7 @@ import sys
 VERDICTS = {"OK", "FAIL", "not supported", "timed", "supported"}
 RECORD_COLUMNS = ["mode", "backend", "group", "case", "verdict", "note"]
 MODEL = ["--preset", "qwen3.5-27b"]
+LIST_PRESETS = ["list", "--preset"]
 
 # (arguments, expected exit status); small cases only: the suite runs on two cores.
 RUNS = [
@@ -28,6 +29,7 @@ RUNS = [
     (["support", "-b", "REF,CPU", "-p", "^fd$"], 0),
     (["list"], 0),
     (["list", "perf"], 0),
+    (LIST_PRESETS, 0),
     (["list", "fd"] + MODEL, 1),  # a model has no fd group: nothing to list, a valid empty document
     (["test", "-b", "CPU", "-p", "nomatch"], 1),
 ]
@@ -57,8 +59,13 @@ def check_json(run, doc):
     mode = run[0]
     if doc.get("mode") != mode:
         fail(run, f"JSON mode {doc.get('mode')!r}")
-    if "--preset" in run and "model" not in doc:
+    if MODEL[1] in run and "model" not in doc:
         fail(run, "JSON has no model")
+    if run == LIST_PRESETS:
+        for p in doc["presets"]:
+            if not (p["Hv"] % p["Hk"] == 0 and p["conv_dim"] == 2 * p["Hk"] * p["Sk"] + p["Hv"] * p["Sv"]):
+                fail(run, f"JSON preset {p}")
+        return [(p["name"], p["Sk"], p["Sv"], p["Hk"], p["Hv"], p["source"]) for p in doc["presets"]]
     if mode == "list":
         cases = doc["cases"]
         counts = {}
@@ -96,10 +103,14 @@ def check_csv(run, text):
     if not rows:
         fail(run, "CSV has no header")
     header = rows[0]
+    if run == LIST_PRESETS:
+        if header[:2] != ["mode", "preset"]:
+            fail(run, f"CSV header {header}")
+        return [(r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5]), r[9]) for r in rows[1:]]
     fixed = ["mode", "group", "case"] if run[0] == "list" else RECORD_COLUMNS
     if header[: len(fixed)] != fixed:
         fail(run, f"CSV header {header}")
-    if "--preset" in run and "model" not in header:
+    if MODEL[1] in run and "model" not in header:
         fail(run, "CSV has no model column")
     out = []
     for row in rows[1:]:

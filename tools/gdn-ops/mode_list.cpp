@@ -13,7 +13,7 @@ namespace gdn::ops {
 
 int run_list(const Options &o) {
     if (o.list_presets) {
-        print_presets();
+        print_presets(o.output);
         return 0;
     }
     const std::vector<testkit::Case> cases = select_cases(o);

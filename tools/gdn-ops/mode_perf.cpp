@@ -132,6 +132,8 @@ int run_perf(const Options &o) {
     Report report(o, Mode::Perf);
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, false, backends)) return 2;
+    const std::vector<testkit::Case> cases = select_cases(o);
+    if (cases.empty()) return report.finish();  // says why, without a second of peak measurement first
     const Peak peak = measure_peak(o.threads);
     char head[200];
     std::snprintf(head, sizeof head,
@@ -142,7 +144,6 @@ int run_perf(const Options &o) {
     report.fact("peak_isa", peak.isa);
     report.fact("peak_threads", peak.threads);
     report.fact("startup_peak_GFLOP/s", peak.gflops);
-    const std::vector<testkit::Case> cases = select_cases(o);
     const std::vector<WorkItem> items = work_items(backends.size(), cases, 1);
     ItemPlan plan;
     plan.count = items.size();

@@ -11,7 +11,8 @@ namespace gdn::ops {
 bool model_from_preset(const std::string &name, ModelShape &out, std::string &error);
 bool model_from_gguf(const std::string &path, ModelShape &out, std::string &error);
 bool model_from_hf_config(const std::string &path, ModelShape &out, std::string &error);
-// Prints the presets with where their numbers come from (gdn-ops list --preset).
-void print_presets();
+// Prints the presets with where their numbers come from (gdn-ops list --preset), as text, one
+// JSON document or a CSV table.
+void print_presets(Output output);
 
 }  // namespace gdn::ops
