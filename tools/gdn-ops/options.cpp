@@ -77,11 +77,10 @@ std::vector<std::string> split(const std::string &s) {
     return out;
 }
 
-
 // Options that take a value; any other word starting with '-' is unknown.
 bool takes_value(const std::string &a) {
-    static const char *const names[] = {"-o",     "-b",     "-p", "--preset", "--gguf",    "--hf-config", "--heads", "--seed",
-                                        "--repeat", "-t", "-c",       "--samples", "--min-time",  "--output"};
+    static const char *const names[] = {"-o",     "-b",       "-p", "--preset", "--gguf",    "--hf-config", "--heads",
+                                        "--seed", "--repeat", "-t", "-c",       "--samples", "--min-time",  "--output"};
     for (const char *n : names)
         if (a == n) return true;
     return false;
@@ -169,7 +168,7 @@ bool parse_options(int argc, char **argv, Options &o, int &exit_code) {
         o.list_group = argv[i++];
         const std::vector<std::string> groups = list_groups();
         if (std::find(groups.begin(), groups.end(), o.list_group) == groups.end())
-            return fail_usage(("unknown group \"%s\" (" + joined(groups) + ")").c_str(), o.list_group.c_str(), exit_code);
+            return fail_usage("%s", ("unknown group \"" + o.list_group + "\" (" + joined(groups) + ")").c_str(), exit_code);
     }
     for (; i < argc; ++i) {
         const std::string a = argv[i];
