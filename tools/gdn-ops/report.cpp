@@ -168,7 +168,9 @@ int Report::finish(const std::string &nothing_ran_reason) const {
     else if (output_ == Output::Csv) print_csv();
     else print_json(n);
     std::fflush(stdout);
-    if (n.passed + n.failed + n.measured == 0) {
+    // support's "not supported" is an answer; elsewhere a case not taken did not run.
+    const int ran = n.passed + n.failed + n.measured + (mode_ == "support" ? n.skipped : 0);
+    if (ran == 0) {
         const std::string reason = !nothing_ran_reason.empty() ? nothing_ran_reason
                                    : records_.empty()          ? empty_selection_
                                                                : "no chosen backend takes any of the cases (see gdn-ops support)";

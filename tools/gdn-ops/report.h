@@ -41,7 +41,7 @@ public:
     // "  CPU: 12/12 tests passed" (perf: "  CPU: 6 cases timed, 0 failed") for one backend's records.
     void backend_summary(const std::string &backend) const;
     // Prints the closing line (console) or the whole document (CSV, JSON); returns the exit code:
-    // 1 when a case failed or when nothing ran (no case selected, or every one not supported:
+    // 1 when a case failed or when nothing ran (no case selected, or every one not supported but in support:
     // said on stderr with `nothing_ran_reason` or the default), 0 otherwise.
     int finish(const std::string &nothing_ran_reason = "") const;
 
