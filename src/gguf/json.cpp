@@ -207,13 +207,19 @@ private:
     bool hex4(uint32_t &out) {
         if (text_.size() - at_ < 4) return fail("a \\u escape needs four hex digits");
         for (int i = 0; i < 4; ++i) {
-            const char h = text_[at_];
-            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            const int d = hex_digit(text_[at_]);
             if (d < 0) return fail("a \\u escape needs four hex digits");
             out = out * 16 + static_cast<uint32_t>(d);
             ++at_;
         }
         return true;
+    }
+
+    static int hex_digit(char h) {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        return -1;
     }
 
     static void append_utf8(uint32_t code, std::string &out) {
