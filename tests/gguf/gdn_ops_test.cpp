@@ -5,9 +5,11 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "gguf_writer.h"
+#include "hf_configs.h"
 #include "test_files.h"
 
 namespace gdn::gguf {
@@ -34,6 +36,22 @@ CommandResult gdn_ops(const std::string &args) {
 }
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// The case lines of list's output, each without its group column.
+std::vector<std::string> case_lines(const std::string &output) {
+    std::vector<std::string> out;
+    std::istringstream lines(output);
+    for (std::string line; std::getline(lines, line);)
+        if (contains(line, "GATED_DELTA_NET")) out.push_back(line.substr(line.find("GATED_DELTA_NET")));
+    return out;
+}
+
+// Every case line says heads=<map>.
+void expect_heads(const std::string &output, const std::string &map) {
+    const std::vector<std::string> lines = case_lines(output);
+    EXPECT_FALSE(lines.empty()) << output;
+    for (const std::string &line : lines) EXPECT_TRUE(contains(line, ",heads=" + map + ",")) << line;
+}
 
 constexpr const char *kQwen35Shape = "Sk=128,Sv=128,Hk=16,Hv=48,conv_dim=10240, 48 delta-net layers";
 
@@ -64,7 +82,7 @@ TEST_F(GdnOpsGguf, PerfRunsAtTheModelShape) {
     EXPECT_EQ(run.exit_code, 0) << run.output;
     EXPECT_TRUE(contains(run.output, kQwen35Shape)) << run.output;
     EXPECT_TRUE(contains(run.output, "GATED_DELTA_NET(Sk=128,Sv=128,Hk=16,Hv=48,T=1,")) << run.output;
-    EXPECT_TRUE(contains(run.output, "[REF]: ms=")) << run.output;
+    EXPECT_TRUE(contains(run.output, ": timed [REF] ms=")) << run.output;
 }
 
 TEST_F(GdnOpsGguf, GradPassesAtTheModelShape) {
@@ -124,6 +142,75 @@ TEST(GdnOpsMalformedGguf, RefusedWithTheReason) {
     run = gdn_ops("list --gguf '" + file.path() + ".missing'");
     EXPECT_EQ(run.exit_code, 2);
     EXPECT_TRUE(contains(run.output, ".missing: no such file")) << run.output;
+}
+
+TEST_F(GdnOpsGguf, HeadsOverridesTheHeadMap) {
+    const CommandResult tiled = gdn_ops("list " + gguf());
+    const CommandResult grouped = gdn_ops("list " + gguf() + " --heads grouped");
+    EXPECT_EQ(grouped.exit_code, 0) << grouped.output;
+    EXPECT_TRUE(contains(tiled.output, "; head map tiled\n")) << tiled.output;  // llama.cpp's layout, the default
+    EXPECT_TRUE(contains(grouped.output, "; head map grouped (--heads)\n")) << grouped.output;
+    expect_heads(tiled.output, "tiled");
+    expect_heads(grouped.output, "grouped");
+    // The same cases otherwise.
+    std::vector<std::string> regrouped = case_lines(tiled.output);
+    for (std::string &line : regrouped) line.replace(line.find("heads=tiled"), 11, "heads=grouped");
+    EXPECT_EQ(regrouped, case_lines(grouped.output));
+    expect_heads(gdn_ops("list --preset qwen3.5-27b --heads grouped").output, "grouped");
+}
+
+class GdnOpsHfConfig : public ::testing::Test {
+protected:
+    void write(const std::string &text) { file_.write(std::vector<uint8_t>(text.begin(), text.end())); }
+    std::string hf_config() const { return "--hf-config '" + file_.path() + "'"; }
+    TempFile file_{".json"};
+};
+
+TEST_F(GdnOpsHfConfig, GivesThePresetsShapeWithGroupedHeads) {
+    write(testing::qwen35_config());
+    const CommandResult run = gdn_ops("list " + hf_config());
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(contains(run.output, std::string("model: qwen3_5 (qwen3_5_text): ") + kQwen35Shape +
+                                         "; from Hugging Face config of " + file_.path() + "; head map grouped\n"))
+        << run.output;
+    expect_heads(run.output, "grouped");
+    EXPECT_TRUE(contains(run.output, "groups: model (6)")) << run.output;
+    // The preset's cases, heads grouped: transformers' layout.
+    std::vector<std::string> preset = case_lines(gdn_ops("list --preset qwen3.5-27b").output);
+    for (std::string &line : preset) line.replace(line.find("heads=tiled"), 11, "heads=grouped");
+    EXPECT_EQ(case_lines(run.output), preset);
+    expect_heads(gdn_ops("list " + hf_config() + " --heads tiled").output, "tiled");
+}
+
+TEST_F(GdnOpsHfConfig, TestRunsWithGroupedHeads) {
+    write(testing::qwen3_next_config());
+    const CommandResult run = gdn_ops("test " + hf_config() + " -b CPU -p 'T=1,' -o GATED_DELTA_NET");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(contains(run.output, "GATED_DELTA_NET(Sk=128,Sv=128,Hk=16,Hv=32,T=1,B=1,Bq=1,gate=scalar,heads=grouped,"))
+        << run.output;
+    EXPECT_TRUE(contains(run.output, "\n1 passed, 0 failed\n")) << run.output;
+}
+
+TEST_F(GdnOpsHfConfig, MalformedOrConflictingRefused) {
+    write("{\n  \"linear_num_key_heads\": 16,\n  \"linear_num_value_heads\": 48\n  \"linear_key_head_dim\": 128\n}\n");
+    CommandResult run = gdn_ops("list " + hf_config());
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_TRUE(contains(run.output, "gdn-ops: --hf-config " + file_.path() +
+                                         ": line 4, column 3: expected ',' or '}' in the object"))
+        << run.output;
+
+    write("{\"model_type\": \"llama\"}");
+    run = gdn_ops("test " + hf_config());
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_TRUE(contains(run.output, "no key linear_num_key_heads: not a gated-delta-net model")) << run.output;
+
+    run = gdn_ops("list --hf-config '" + file_.path() + ".missing'");
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_TRUE(contains(run.output, ".missing: no such file")) << run.output;
+
+    run = gdn_ops("list --preset qwen3.5-27b " + hf_config());
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_TRUE(contains(run.output, "--preset, --gguf and --hf-config exclude each other")) << run.output;
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ private:
 }  // namespace
 
 int run_grad(const Options &o) {
-    Report report(o.output, "grad");
+    Report report(o, Mode::Grad);
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, true, backends)) return 2;
     std::vector<testkit::Case> cases;

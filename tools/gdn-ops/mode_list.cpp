@@ -13,19 +13,41 @@ namespace gdn::ops {
 
 int run_list(const Options &o) {
     if (o.list_presets) {
-        print_presets();
+        print_presets(o.output);
         return 0;
     }
+    const std::vector<testkit::Case> cases = select_cases(o);
     std::map<std::string, int> per_group;
     std::vector<std::string> order;
-    for (const testkit::Case &c : select_cases(o)) {
-        if (!per_group.count(c.group)) order.push_back(c.group);
-        ++per_group[c.group];
-        std::printf("%-6s %s\n", c.group.c_str(), c.label().c_str());
+    for (const testkit::Case &c : cases)
+        if (!per_group[c.group]++) order.push_back(c.group);
+    if (o.output == Output::Csv) {
+        std::printf("mode,group,case%s\n", o.model ? ",model" : "");
+        const std::string model = o.model ? csv_field(o.model->description) : "";
+        for (const testkit::Case &c : cases)
+            std::printf("list,%s,%s%s%s\n", csv_field(c.group).c_str(), csv_field(c.label()).c_str(), o.model ? "," : "",
+                        model.c_str());
+    } else if (o.output == Output::Json) {
+        std::printf("{\"mode\": \"list\"");
+        if (o.model) std::printf(", \"model\": %s", json_string(o.model->description).c_str());
+        std::printf(", \"groups\": {");
+        for (size_t i = 0; i < order.size(); ++i)
+            std::printf("%s%s: %d", i ? ", " : "", json_string(order[i]).c_str(), per_group[order[i]]);
+        std::printf("}, \"cases\": [");
+        for (size_t i = 0; i < cases.size(); ++i)
+            std::printf("%s\n  {\"group\": %s, \"case\": %s}", i ? "," : "", json_string(cases[i].group).c_str(),
+                        json_string(cases[i].label()).c_str());
+        std::printf("\n]}\n");
+    } else {
+        for (const testkit::Case &c : cases) std::printf("%-6s %s\n", c.group.c_str(), c.label().c_str());
+        std::printf("groups:");
+        for (const std::string &g : order) std::printf(" %s (%d)", g.c_str(), per_group[g]);
+        std::printf("\n");
     }
-    std::printf("groups:");
-    for (const std::string &g : order) std::printf(" %s (%d)", g.c_str(), per_group[g]);
-    std::printf("\n");
+    if (cases.empty()) {
+        std::fprintf(stderr, "gdn-ops: nothing to list: %s\n", empty_selection_reason(o).c_str());
+        return 1;
+    }
     return 0;
 }
 
@@ -47,8 +69,8 @@ public:
         std::string why;
         testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, 0);
         const gdn_status s = testkit::check_case(c, inputs, *session, why);
-        Record rec{spec.label, c.label(), c.group, s == GDN_OK ? Verdict::Info : Verdict::Skip, "", {}};
-        rec.note = s == GDN_OK ? "supported" : std::string(gdn_status_string(s)) + ": " + why;
+        Record rec{spec.label, c.label(), c.group, s == GDN_OK ? Verdict::Supported : Verdict::Skip, "", {}};
+        if (s != GDN_OK) rec.note = std::string(gdn_status_string(s)) + ": " + why;
         return rec;
     }
 
@@ -61,7 +83,7 @@ private:
 }  // namespace
 
 int run_support(const Options &o) {
-    Report report(o.output, "support");
+    Report report(o, Mode::Support);
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, true, backends)) return 2;
     const std::vector<testkit::Case> cases = select_cases(o);
@@ -73,8 +95,7 @@ int run_support(const Options &o) {
     };
     plan.make_runner = [&] { return std::make_unique<SupportRunner>(o, backends, items); };
     run_items(report, plan, o.isolate);
-    report.finish();
-    return 0;
+    return report.finish();
 }
 
 }  // namespace gdn::ops

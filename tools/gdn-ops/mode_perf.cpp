@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 
+#include "cpu_clock.h"
 #include "isolation.h"
 #include "modes.h"
 #include "peak.h"
@@ -21,13 +21,6 @@
 
 namespace gdn::ops {
 namespace {
-
-// The process's CPU time (the worker's, where the cases run).
-double process_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 // Runs in the worker: times one case on one backend.
 class PerfRunner final : public ItemRunner {
@@ -43,7 +36,7 @@ public:
         std::optional<Record> start_failure;
         testkit::BackendSession *session = sessions_.get(spec, start_failure);
         if (!session) return start_failure;
-        Record rec{spec.label, c.label(), c.group, Verdict::Info, "", {}};
+        Record rec{spec.label, c.label(), c.group, Verdict::Timed, "", {}};
         testkit::TensorSet inputs = testkit::make_inputs(c, GDN_TYPE_F32, c.seed(o_.seed));
         std::string why;
         const gdn_status support = testkit::check_case(c, inputs, *session, why);
@@ -79,14 +72,18 @@ public:
         std::vector<double> times, cpu_times;
         double total = 0;
         while (status == GDN_OK && (total < o_.min_time || times.size() < 3) && times.size() < 100000) {
-            const double cpu_start = process_cpu_seconds();
+            const double cpu_start = testkit::process_cpu_seconds();
             const auto start = std::chrono::steady_clock::now();
             status = call();
             session->memory().synchronize();
             double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            if (session->last_op_seconds() > 0) dt = session->last_op_seconds();  // GGML: the graph, not its copy-out
+            double cpu = testkit::process_cpu_seconds() - cpu_start;
+            if (session->last_op_seconds() > 0) {  // GGML: the graph, not its copy-out, for both clocks
+                dt = session->last_op_seconds();
+                cpu = session->last_op_cpu_seconds();
+            }
             times.push_back(dt);
-            cpu_times.push_back(process_cpu_seconds() - cpu_start);
+            cpu_times.push_back(cpu);
             total += dt;
         }
         if (status != GDN_OK) {
@@ -99,9 +96,11 @@ public:
         const double median = times[times.size() / 2];
         const double tokens = static_cast<double>(c.shape.T * c.shape.B);
         const double gflops = c.canonical_flops() / median / 1e9;
-        // cpu_ms: the process's CPU time per call (all threads), steadier than wall time on a
-        // shared machine; on the cpu backend, threads x canonical FLOP / CPU time is what the
-        // cores give when the program has them to itself (docs/PERF.md).
+        // cpu_ms: the process's CPU time per call (all threads, spinning ones included) over the
+        // span ms times, steadier than wall time on a shared machine; on the cpu backend, threads x
+        // canonical FLOP / CPU time is what the cores give when the program has them to itself
+        // (docs/PERF.md). More than ms x threads cannot be; more than ms means threads that wait
+        // by spinning.
         rec.values = {{"ms", median * 1e3},
                       {"cpu_ms", cpu_times[cpu_times.size() / 2] * 1e3},
                       {"tok/s", tokens / median},
@@ -130,9 +129,11 @@ private:
 }  // namespace
 
 int run_perf(const Options &o) {
-    Report report(o.output, "perf");
+    Report report(o, Mode::Perf);
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, false, backends)) return 2;
+    const std::vector<testkit::Case> cases = select_cases(o);
+    if (cases.empty()) return report.finish();  // says why, without a second of peak measurement first
     const Peak peak = measure_peak(o.threads);
     char head[200];
     std::snprintf(head, sizeof head,
@@ -140,8 +141,9 @@ int run_perf(const Options &o) {
                   "case: peak_GFLOP/s)",
                   peak.gflops, peak.isa, peak.threads, peak.threads == 1 ? "" : "s");
     report.say(head);
-    report.add({"host", "peak", "perf", Verdict::Info, peak.isa, {{"gflops", peak.gflops}, {"threads", peak.threads}}});
-    const std::vector<testkit::Case> cases = select_cases(o);
+    report.fact("peak_isa", peak.isa);
+    report.fact("peak_threads", peak.threads);
+    report.fact("startup_peak_GFLOP/s", peak.gflops);
     const std::vector<WorkItem> items = work_items(backends.size(), cases, 1);
     ItemPlan plan;
     plan.count = items.size();

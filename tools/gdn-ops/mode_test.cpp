@@ -178,17 +178,15 @@ void say_sequences_apart(const Report &report, const std::vector<testkit::Backen
 }  // namespace
 
 int run_test(const Options &o) {
-    Report report(o.output, "test");
+    Report report(o, Mode::Test);
     std::vector<testkit::BackendSpec> backends;
     if (!chosen_backends_isolated(o, false, backends)) return 2;
     std::vector<testkit::BackendSpec> compared;
     for (const auto &b : backends)
         if (b.label != "REF") compared.push_back(b);
-    if (compared.empty()) {
-        report.say("test: no backend other than REF is available here, so there is nothing to compare "
-                   "(REF is the reference; gdn-ops grad checks it against finite differences)");
-        return report.finish();
-    }
+    if (compared.empty())
+        return report.finish("test compares backends with REF, and no other one was chosen or is available here "
+                             "(gdn-ops grad checks REF against finite differences)");
     const std::vector<testkit::Case> cases = select_cases(o);
     const std::vector<WorkItem> items = work_items(compared.size(), cases, o.repeat);
     report.say("Testing " + std::to_string(compared.size()) + " backend(s) against REF on " + std::to_string(cases.size()) +

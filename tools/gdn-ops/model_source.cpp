@@ -1,10 +1,12 @@
-// Model shapes from the GGUF metadata reader and the preset table (src/gguf).
+// Model shapes from the GGUF metadata reader, the config.json reader and the preset table (src/gguf).
 #include "model_source.h"
 
 #include <cstdio>
 
+#include "gguf/hf_config.h"
 #include "gguf/model_shape.h"
 #include "gguf/presets.h"
+#include "report.h"
 
 namespace gdn::ops {
 
@@ -42,8 +44,41 @@ bool model_from_gguf(const std::string &path, ModelShape &out, std::string &erro
     return true;
 }
 
-void print_presets() {
-    for (const gguf::ModelShape &m : gguf::presets()) {
+bool model_from_hf_config(const std::string &path, ModelShape &out, std::string &error) {
+    gguf::ModelShape shape;
+    if (!gguf::model_shape_from_hf_config_file(path, shape, error)) {
+        error = "--hf-config " + error;
+        return false;
+    }
+    out = to_options_shape(shape);
+    out.heads = GDN_HEAD_MAP_GROUPED;  // transformers' layout; llama.cpp reorders to tiled when converting
+    return true;
+}
+
+void print_presets(Output output) {
+    const std::vector<gguf::ModelShape> &presets = gguf::presets();
+    if (output == Output::Json) {
+        std::printf("{\"mode\": \"list\", \"presets\": [");
+        for (size_t i = 0; i < presets.size(); ++i) {
+            const gguf::ModelShape &m = presets[i];
+            std::printf("%s\n  {\"name\": %s, \"Sk\": %lld, \"Sv\": %lld, \"Hk\": %lld, \"Hv\": %lld, \"conv_dim\": %lld, "
+                        "\"delta_net_layers\": %lld, \"block_count\": %lld, \"source\": %s}",
+                        i ? "," : "", json_string(m.name).c_str(), (long long)m.Sk, (long long)m.Sv, (long long)m.Hk,
+                        (long long)m.Hv, (long long)m.conv_dim, (long long)m.delta_net_layers, (long long)m.block_count,
+                        json_string(m.source).c_str());
+        }
+        std::printf("\n]}\n");
+        return;
+    }
+    if (output == Output::Csv) {
+        std::printf("mode,preset,Sk,Sv,Hk,Hv,conv_dim,delta_net_layers,block_count,source\n");
+        for (const gguf::ModelShape &m : presets)
+            std::printf("list,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s\n", csv_field(m.name).c_str(), (long long)m.Sk,
+                        (long long)m.Sv, (long long)m.Hk, (long long)m.Hv, (long long)m.conv_dim,
+                        (long long)m.delta_net_layers, (long long)m.block_count, csv_field(m.source).c_str());
+        return;
+    }
+    for (const gguf::ModelShape &m : presets) {
         std::printf("%-20s %s, %lld delta-net layers of %lld\n", m.name.c_str(), m.dims_string().c_str(),
                     static_cast<long long>(m.delta_net_layers), static_cast<long long>(m.block_count));
         std::printf("%-20s source: %s\n", "", m.source.c_str());

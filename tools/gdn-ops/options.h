@@ -14,21 +14,26 @@ namespace gdn::ops {
 enum class Mode { Test, Grad, Perf, Support, List };
 enum class Output { Console, Csv, Json };
 
-// A model's delta-net shape, from --preset or --gguf.
+// A model's delta-net shape, from --preset, --gguf or --hf-config.
 struct ModelShape {
     std::string name;
     int64_t Sk = 0, Sv = 0, Hk = 0, Hv = 0;
     std::string description;  // what was found and where, printed before the cases
+    // How the source lays out the value heads (SPEC section 2): GGUF files and the presets, which
+    // follow them, tiled; Hugging Face checkpoints grouped. --heads overrides it.
+    gdn_head_map heads = GDN_HEAD_MAP_TILED;
 };
 
 struct Options {
     Mode mode = Mode::Test;
     bool forward = true, backward = true;     // -o
-    std::vector<std::string> backends;        // -b, empty = every available
+    std::vector<std::string> backends;        // -b, empty = every available; canonical labels, no repeats
     std::optional<std::regex> pattern;        // -p, matched against the group and the label
     std::string pattern_text;
-    std::optional<ModelShape> model;          // --preset / --gguf
-    std::string preset, gguf;
+    std::optional<ModelShape> model;          // --preset / --gguf / --hf-config
+    std::string preset, gguf, hf_config;
+    std::optional<gdn_head_map> heads;        // --heads: the model cases' head map (default: the model's)
+    std::string list_group;                   // list GROUP: one group only; "perf": the perf cases
     uint64_t seed = 0;
     int repeat = 1;
     int threads = 0;                          // -t, 0 = all cores
@@ -45,5 +50,11 @@ bool parse_options(int argc, char **argv, Options &out, int &exit_code);
 
 // The cases a mode runs: the default groups (perf: the perf cases), or the model's shape.
 std::vector<testkit::Case> select_cases(const Options &o);
+
+// Why select_cases gave nothing ("no case matches -p 'x'"), for the message that says so.
+std::string empty_selection_reason(const Options &o);
+
+// "test", "grad", ...: the mode's name on the command line.
+const char *mode_name(Mode m);
 
 }  // namespace gdn::ops

@@ -21,8 +21,10 @@ public:
     // Builds the graph (kept while the problem's tensors stay the same), computes it on a
     // persistent ggml thread pool, and copies the packed result into out and states.
     virtual gdn_status forward(const gdn_problem &p, const gdn_tensor *out, const gdn_tensor *states, std::string &why) = 0;
-    // Seconds the last forward spent in ggml_graph_compute (without building and copying).
+    // Seconds the last forward spent in ggml_graph_compute (without building and copying), wall
+    // clock and the process's CPU time over that same span.
     virtual double last_compute_seconds() const = 0;
+    virtual double last_compute_cpu_seconds() const = 0;
 };
 
 // Whether this build has the ggml integration.

@@ -51,7 +51,9 @@ public:
     uint64_t workspace_bytes() const { return ctx_ ? gdn_context_workspace_bytes(ctx_) : 0; }
     // Seconds of the last call spent in the op itself when the backend measures that apart from
     // its own copies (GGML: ggml_graph_compute without the copy out of ggml's packed result); 0 otherwise.
+    // last_op_cpu_seconds: the process's CPU time over that same span.
     double last_op_seconds() const { return ggml_ ? ggml_->last_compute_seconds() : 0.0; }
+    double last_op_cpu_seconds() const { return ggml_ ? ggml_->last_compute_cpu_seconds() : 0.0; }
 
 private:
     BackendSpec spec_;
