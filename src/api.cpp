@@ -221,6 +221,10 @@ gdn_status gdn_backward_share(gdn_context *ctx, const gdn_problem *p, const gdn_
 
 uint64_t gdn_context_workspace_bytes(const gdn_context *ctx) { return ctx ? ctx->backend->workspace_bytes() : 0; }
 
+void gdn_context_release_workspace(gdn_context *ctx) {
+    if (ctx != nullptr) ctx->backend->release_workspace();
+}
+
 int gdn_backend_available(const char *backend) {
     if (backend == nullptr) return 0;
     std::unique_ptr<gdn::Backend> b;

@@ -84,12 +84,27 @@ class Context:
         """Workspace bytes the context holds after its last successful call."""
         return self._native.workspace_bytes
 
+    def release_workspace(self):
+        """Frees the workspace the context keeps between calls (the next call allocates it again).
+
+        On cuda the free is ordered on the context's stream. The workspace only grows: the 27B
+        shape's backward at T = 4096 keeps about 540 MB of device memory outside PyTorch's
+        caching allocator until released.
+        """
+        self._native.release_workspace()
+
     def __repr__(self):
         return (f"gdn.Context(backend={self.backend!r}, threads={self.threads}, "
                 f"chunk_size={self.chunk_size}, device={self.device})")
 
 
 _local = threading.local()
+
+
+def release_workspaces():
+    """Frees the workspaces of the calling thread's default contexts (those gdn.torch uses)."""
+    for ctx in getattr(_local, "contexts", {}).values():
+        ctx.release_workspace()
 
 
 def default_context(backend=None, device=0, stream=None, threads=None):

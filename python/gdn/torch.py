@@ -22,7 +22,7 @@ import torch
 
 from . import _core, _errors, _gdn
 
-__all__ = ["chunk_gated_delta_rule", "backend"]
+__all__ = ["chunk_gated_delta_rule", "backend", "release_workspaces"]
 
 _HEAD_MAP_GROUPED = _core.HEAD_MAPS["grouped"]
 _override = threading.local()
@@ -37,6 +37,13 @@ def backend(name):
         yield
     finally:
         _override.name = previous
+
+
+def release_workspaces():
+    """Frees the workspaces the calling thread's gdn contexts keep between calls: on cuda device
+    memory that PyTorch's caching allocator does not see (about 540 MB after a 27B-shape backward
+    at T = 4096). The next call allocates again; call it after the largest step when memory matters."""
+    _core.release_workspaces()
 
 
 def _context_for(t):

@@ -72,6 +72,7 @@ public:
 
     std::string backend() const { return gdn_context_backend(ctx_); }
     uint64_t workspace_bytes() const { return gdn_context_workspace_bytes(ctx_); }
+    void release_workspace() { gdn_context_release_workspace(ctx_); }
     gdn_context *raw() const { return ctx_; }
     Placement placement() const { return placement_; }
 
@@ -240,7 +241,8 @@ NB_MODULE(_gdn, m) {
         .def(nb::init<std::optional<std::string>, int, int, int, uintptr_t>(), nb::arg("backend").none(),
              nb::arg("threads"), nb::arg("chunk_size"), nb::arg("device"), nb::arg("stream"))
         .def_prop_ro("backend", &Context::backend)
-        .def_prop_ro("workspace_bytes", &Context::workspace_bytes);
+        .def_prop_ro("workspace_bytes", &Context::workspace_bytes)
+        .def("release_workspace", &Context::release_workspace);
 
     m.def("forward", &forward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("out").none(), nb::arg("states").none(), nb::arg("scale").none(),

@@ -162,3 +162,15 @@ def test_unknown_backend_and_output_overlap():
     with pytest.raises(gdn.AliasError):
         gdn.backward(q, k, v, g, beta, d_out=v, dq=q, ctx=gdn.Context("cpu"))  # dq written over q
     np.testing.assert_array_equal(q, q_before)
+
+
+def test_release_workspace_frees_and_the_next_call_allocates_again():
+    rng = np.random.default_rng(8)
+    q, k, v, g, beta, state = make_inputs(rng, dtype=np.float32)
+    ctx = gdn.Context("cpu", threads=2)
+    out_first, _ = gdn.forward(q, k, v, g, beta, state, states=False, ctx=ctx)
+    assert ctx.workspace_bytes > 0
+    ctx.release_workspace()
+    assert ctx.workspace_bytes == 0
+    out_second, _ = gdn.forward(q, k, v, g, beta, state, states=False, ctx=ctx)
+    assert ctx.workspace_bytes > 0 and np.array_equal(out_first, out_second)

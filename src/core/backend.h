@@ -43,6 +43,9 @@ public:
 
     // Workspace bytes held for (or needed by) the last call.
     virtual uint64_t workspace_bytes() const { return 0; }
+
+    // Frees the workspace the backend keeps between calls (the next call allocates it again).
+    virtual void release_workspace() {}
 };
 
 // Factories. Each returns a status with a message when the backend cannot start here.

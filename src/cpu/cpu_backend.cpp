@@ -184,6 +184,18 @@ public:
 
     uint64_t workspace_bytes() const override { return workspace_; }
 
+    // The scratch of the context's own workers (the shares' scratch belongs to the calling threads).
+    void release_workspace() override {
+        plans_ = {};
+        planners_ = {};
+        forward_ = {};
+        backward_ = {};
+        group_backward_ = {};
+        token_forward_ = {};
+        token_backward_ = {};
+        workspace_ = 0;
+    }
+
     // Caller-provided threads (gdn_forward_share): the call's items for nth workers (groups cut
     // into slices only when fewer than nth: forward_slices), this share's static part of them, on
     // scratch that belongs to the calling thread. Everything is

@@ -266,6 +266,12 @@ public:
 
     uint64_t workspace_bytes() const override { return last_workspace_; }
 
+    void release_workspace() override {
+        DeviceScope scope;
+        if (!scope.enter(device_).ok()) return;
+        workspace_->release();
+    }
+
 private:
     static constexpr int kMaxGridDim = 65535;  // grid y and z carry value heads and sequences
     // Below this many tokens the per-token kernel wins (and decoding is T = 1).

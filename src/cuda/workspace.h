@@ -25,10 +25,10 @@ public:
 
     void *data() const { return data_; }
     size_t capacity() const { return capacity_; }
-
-private:
+    // Frees the buffer, stream-ordered where the device allows (after the queued work that uses it).
     void release();
 
+private:
     cudaStream_t stream_;
     bool stream_ordered_;
     void *data_ = nullptr;
