@@ -209,6 +209,15 @@ gdn_status gdn_backward_share(gdn_context *ctx, const gdn_problem *p, const gdn_
 
 uint64_t gdn_context_workspace_bytes(const gdn_context *ctx) { return ctx ? ctx->backend->workspace_bytes() : 0; }
 
+#define GDN_STRINGIFY_(x) #x
+#define GDN_STRINGIFY(x) GDN_STRINGIFY_(x)
+
+const char *gdn_version(void) {
+    return GDN_STRINGIFY(GDN_VERSION_MAJOR) "." GDN_STRINGIFY(GDN_VERSION_MINOR) "." GDN_STRINGIFY(GDN_VERSION_PATCH);
+}
+
+int gdn_version_number(void) { return GDN_VERSION_NUMBER; }
+
 int gdn_backend_available(const char *backend) {
     if (backend == nullptr) return 0;
     std::unique_ptr<gdn::Backend> b;

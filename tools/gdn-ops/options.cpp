@@ -32,7 +32,8 @@ const char kUsage[] =
     "  --samples N   grad: elements checked per gradient tensor (default 8; all when fewer)\n"
     "  --min-time S  perf: seconds of repeated runs per case (default 1)\n"
     "  --no-fork     run the cases in this process (default: in a worker process, so that a case\n"
-    "                that crashes is reported as failed and the run goes on)\n";
+    "                that crashes is reported as failed and the run goes on)\n"
+    "  --version     print the version of gdn and exit\n";
 
 bool fail_usage(const char *fmt, const char *arg, int &exit_code) {
     std::fprintf(stderr, "gdn-ops: ");
