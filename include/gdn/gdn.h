@@ -106,8 +106,10 @@ typedef enum {
 
 typedef struct gdn_context gdn_context;
 
+#define GDN_MAX_THREADS 4096  /* the most threads a context runs: n_threads above is INVALID_ARGUMENT */
+
 typedef struct gdn_context_params {
-    int   n_threads;   /* cpu: 0 = all cores */
+    int   n_threads;   /* cpu: 0 = all cores (at most GDN_MAX_THREADS) */
     int   device;      /* cuda: device ordinal */
     void *stream;      /* cuda: cudaStream_t of the context's device, NULL = the default
                           stream; it must outlive the context (its workspace is freed on it).
