@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <strings.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,29 +26,60 @@ ApiTally g_tally;
     std::abort();
 }
 
-// One context per backend name for the whole run (creating one per input would dominate).
+// Contexts kept for the whole run (creating one per input would dominate): per backend name,
+// one with the default parameters and the one with the last other parameters asked for.
 struct ContextEntry {
     gdn_context *ctx = nullptr;
     gdn_status status = GDN_OK;
+    gdn_context_params params = gdn_context_default_params();
     ContextEntry() = default;
-    ContextEntry(ContextEntry &&o) noexcept : ctx(o.ctx), status(o.status) { o.ctx = nullptr; }
+    ContextEntry(ContextEntry &&o) noexcept : ctx(o.ctx), status(o.status), params(o.params) { o.ctx = nullptr; }
+    ContextEntry &operator=(ContextEntry &&o) noexcept {
+        std::swap(ctx, o.ctx);
+        status = o.status;
+        params = o.params;
+        return *this;
+    }
     ContextEntry(const ContextEntry &) = delete;
     ~ContextEntry() { gdn_context_free(ctx); }  // at exit, so that LeakSanitizer sees no leak
 };
 
-ContextEntry &context_for(const char *name) {
-    static std::map<std::string, ContextEntry> contexts;
-    const std::string key = name ? std::string("=") + name : "NULL";
-    auto it = contexts.find(key);
-    if (it != contexts.end()) return it->second;
+bool same_params(const gdn_context_params &a, const gdn_context_params &b) {
+    return a.n_threads == b.n_threads && a.chunk_size == b.chunk_size && a.device == b.device && a.stream == b.stream;
+}
+
+bool host_backend(const char *name) { return name && (strcasecmp(name, "ref") == 0 || strcasecmp(name, "cpu") == 0); }
+
+// gdn_context_create held to its contract: a failure leaves no context and a message; negative
+// parameters and more than GDN_MAX_THREADS threads are refused as invalid whatever the name;
+// ref and cpu start with any other parameters (device is theirs to ignore).
+ContextEntry create_checked(const char *name, const gdn_context_params &params) {
     ContextEntry e;
-    e.status = gdn_context_create(name, nullptr, &e.ctx);
-    if (e.status != GDN_OK && (e.ctx != nullptr || gdn_last_create_error()[0] == '\0')) {
-        std::fprintf(stderr, "gdn fuzz finding: gdn_context_create(\"%s\") failed with %s but %s\n", name ? name : "NULL",
-                     gdn_status_string(e.status), e.ctx ? "returned a context" : "left no message");
+    e.params = params;
+    e.status = gdn_context_create(name, &params, &e.ctx);
+    const bool valid = params.n_threads >= 0 && params.n_threads <= GDN_MAX_THREADS && params.chunk_size >= 0 && params.device >= 0;
+    const char *broken = nullptr;
+    if (e.status != GDN_OK && e.ctx != nullptr) broken = "returned a context";
+    else if (e.status != GDN_OK && gdn_last_create_error()[0] == '\0') broken = "left no message";
+    else if (!valid && e.status != GDN_ERROR_INVALID_ARGUMENT) broken = "did not refuse the parameters as invalid";
+    else if (valid && host_backend(name) && e.status != GDN_OK) broken = "did not start a host backend";
+    if (broken) {
+        std::fprintf(stderr, "gdn fuzz finding: gdn_context_create(\"%s\", n_threads=%d chunk_size=%d device=%d) returned %s (%s) but %s\n",
+                     name ? name : "NULL", params.n_threads, params.chunk_size, params.device, gdn_status_string(e.status),
+                     gdn_last_create_error(), broken);
         std::abort();
     }
-    return contexts.emplace(key, std::move(e)).first->second;
+    return e;
+}
+
+ContextEntry &context_for(const char *name, const gdn_context_params &params = gdn_context_default_params()) {
+    static std::map<std::string, ContextEntry> defaults, others;
+    const std::string key = name ? std::string("=") + name : "NULL";
+    auto &contexts = default_params(params) ? defaults : others;
+    auto it = contexts.find(key);
+    if (it == contexts.end()) return contexts.emplace(key, create_checked(name, params)).first->second;
+    if (!same_params(it->second.params, params)) it->second = create_checked(name, params);
+    return it->second;
 }
 
 gdn_context *reference_context() { return context_for("ref").ctx; }
@@ -233,7 +265,7 @@ void run_api_input(const uint8_t *data, size_t size) {
     Call c = decode_call(in);
     ++g_tally.inputs;
 
-    ContextEntry &entry = context_for(c.backend);
+    ContextEntry &entry = context_for(c.backend, c.params);
     if (entry.status != GDN_OK) {  // checked when it was created
         trace(c, "create", entry.status, nullptr);
         ++g_tally.refused;

@@ -1,5 +1,6 @@
 #include "call.h"
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -340,7 +341,10 @@ std::string Call::describe() const {
     s << (backward ? "backward" : "forward") << (check_only ? " (check)" : "") << " backend="
       << (backend ? backend : "NULL") << " Sk=" << Sk << " Sv=" << Sv << " Hk=" << Hk << " Hv=" << Hv << " T=" << T
       << " B=" << B << " Bq=" << Bq << " K=" << snapshots << " gate=" << gate_width << " scale=" << scale
-      << " head_map=" << head_map << (problem_null ? " problem=NULL" : "") << (grads_null ? " grads=NULL" : "") << "\n";
+      << " head_map=" << head_map << (problem_null ? " problem=NULL" : "") << (grads_null ? " grads=NULL" : "");
+    if (!default_params(params))
+        s << " n_threads=" << params.n_threads << " chunk_size=" << params.chunk_size << " device=" << params.device;
+    s << "\n";
     const uint8_t *base = arena ? arena->payload() : nullptr;
     for (int i = 0; i < kSlots; ++i) {
         if (!used(i)) continue;
@@ -363,6 +367,26 @@ std::string Call::describe() const {
         s << "\n";
     }
     return s.str();
+}
+
+// The context's parameters: values at and around each limit of gdn_context_create, and
+// ordinary ones. Read last, after a marker byte 'P', so that inputs written before they were
+// (whose tail, if any, is something else) keep their meaning: the defaults.
+gdn_context_params decode_params(ByteReader &in) {
+    static constexpr int kThreads[] = {0, 1, 2, 3, -1, INT_MIN, GDN_MAX_THREADS + 1, 100000, INT_MAX};
+    static constexpr int kChunks[] = {0, 1, 2, 3, 5, 64, 100, 1 << 20, INT_MAX, -1, INT_MIN};
+    static constexpr int kDevices[] = {0, 1, 1000, INT_MAX, -1, INT_MIN};
+    gdn_context_params p = gdn_context_default_params();
+    if (in.u8() != 'P') return p;
+    p.n_threads = kThreads[in.below(sizeof kThreads / sizeof kThreads[0])];
+    p.chunk_size = kChunks[in.below(sizeof kChunks / sizeof kChunks[0])];
+    p.device = kDevices[in.below(sizeof kDevices / sizeof kDevices[0])];
+    return p;
+}
+
+bool default_params(const gdn_context_params &p) {
+    const gdn_context_params d = gdn_context_default_params();
+    return p.n_threads == d.n_threads && p.chunk_size == d.chunk_size && p.device == d.device && p.stream == d.stream;
 }
 
 Call decode_call(ByteReader &in) {
@@ -450,6 +474,7 @@ Call decode_call(ByteReader &in) {
     for (int n = in.below(7); n > 0; --n) mutate(c, in);
     if (c.sequences > 0)
         for (int n = in.below(4); n > 0; --n) mutate_offsets(c, in);
+    c.params = decode_params(in);
     return c;
 }
 

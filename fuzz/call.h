@@ -30,6 +30,7 @@ struct Call {
     bool backward = false;
     bool check_only = false;       // gdn_check_* instead of the computing call
     const char *backend = "ref";   // may be NULL (fastest available) or a name no backend has
+    gdn_context_params params = gdn_context_default_params();  // of the context the call runs on
 
     // The sizes the well-formed call was built with (mutations may contradict them).
     int64_t Sk = 1, Sv = 1, Hk = 1, Hv = 1, T = 1, B = 1, Bq = 1, snapshots = 1, gate_width = 1;  // snapshots: K of SPEC 2
@@ -61,6 +62,8 @@ struct Call {
 
     std::string describe() const;
 };
+
+bool default_params(const gdn_context_params &p);
 
 // Decodes a whole call; never fails (every byte string is some call).
 Call decode_call(ByteReader &in);

@@ -18,6 +18,10 @@ F32, F64, F16, BF16, BAD_TYPE, NEG_TYPE = 0, 1, 4, 5, 6, 7
 # Mutation fields (mutate in call.cpp).
 (M_NULL, M_BOGUS, M_NE, M_NB, M_TYPE, M_SHIFT, M_ALIAS, M_NO_POINTER, M_NO_PROBLEM, M_NO_GRADS,
  M_HEAD_MAP, M_SCALE, M_SAME_STRIDE, M_GROW) = range(14)
+# Context parameters (decode_params in call.cpp) by index: n_threads, chunk_size, device.
+THREADS = {"0": 0, "2": 2, "-1": 4, "int_min": 5, "cap+1": 6, "100000": 7, "int_max": 8}
+CHUNK = {"0": 0, "1": 1, "3": 3, "100": 6, "2^20": 7, "int_max": 8, "-1": 9, "int_min": 10}
+DEVICE = {"0": 0, "1000": 2, "int_max": 3, "-1": 4, "int_min": 5}
 # Odd values (kOddValues in call.cpp) by index.
 ODD = {"0": 0, "-1": 1, "1": 2, "max": 8, "min": 9, "2^31": 10, "2^32": 12, "2^62": 14, "2^20": 15}
 CONTIGUOUS, PADDED, TRANSPOSED = 0, 1, 2
@@ -26,7 +30,7 @@ CONTIGUOUS, PADDED, TRANSPOSED = 0, 1, 2
 def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv_mult=2, T=3, Bq=1,
          b_mult=2, K=1, kda=False, grouped=False, s0=True, packed=False, packed_grads=False,
          omit=(), layout=CONTIGUOUS, seed=12345, specials=(), mutations=(),
-         drops=None, i32=False, offset_mutations=()):
+         drops=None, i32=False, offset_mutations=(), params=None):
     # drops: packed sequences (cu_seqlens): the offsets 0..T with these interior entries
     # removed one after another (index into the remaining interior); None: not packed.
     op = (1 if backward else 0) | (6 if check else 0)
@@ -57,6 +61,8 @@ def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv
         b.append(len(offset_mutations))
         for m in offset_mutations:
             b += bytes(m)
+    if params is not None:
+        b += b"P" + bytes(params)
     return bytes(b)
 
 
@@ -161,6 +167,17 @@ SEEDS = {
     "varlen-offsets-on-out": call(T=6, drops=[0], offset_mutations=[[8, OUTP]]),
     "varlen-two-dimensional": call(T=6, drops=[0], offset_mutations=[[9, 1]]),
     "varlen-with-two-streams": call(T=6, drops=[0], mutations=[mut(V, M_GROW, 3, 1)]),
+    # Context parameters at their limits: refused as invalid (negative, more threads than
+    # GDN_MAX_THREADS), a device that does not exist, chunk sizes that do not divide T or pass it.
+    "params-threads-100000": call(backend=4, params=[THREADS["100000"], 0, 0]),
+    "params-threads-cap-plus-one": call(backend=9, params=[THREADS["cap+1"], 0, 0]),
+    "params-threads-int-min": call(backend=0, params=[THREADS["int_min"], 0, 0]),
+    "params-chunk-negative": call(backend=4, params=[0, CHUNK["-1"], 0]),
+    "params-chunk-3-T5": call(backend=4, backward=True, T=5, params=[THREADS["2"], CHUNK["3"], 0]),
+    "params-chunk-int-max": call(backend=4, T=6, params=[0, CHUNK["int_max"], 0]),
+    "params-chunk-1-varlen": call(backend=4, T=6, drops=[0], params=[0, CHUNK["1"], 0]),
+    "params-device-int-max": call(backend=6, params=[0, 0, DEVICE["int_max"]]),
+    "params-device-negative": call(backend=4, params=[0, 0, DEVICE["-1"]]),
     # Optional pointers dropped.
     "no-out-pointer": call(mutations=[mut(OUTP, M_NO_POINTER)]),
     "no-d-states-pointer": call(backward=True, mutations=[mut(D_STATES, M_NO_POINTER)]),

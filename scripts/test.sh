@@ -11,7 +11,8 @@ ggml_dir=$(scripts/setup-ggml.sh)   # a pinned ggml for integrations/ggml, cache
 build=${GDN_BUILD_DIR:-build}
 jobs=$(nproc)
 # shellcheck disable=SC2086
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_GGML=ON -DGDN_GGML_DIR="$ggml_dir" ${GDN_CMAKE_ARGS:-}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_GGML=ON -DGDN_GGML_DIR="$ggml_dir" \
+  -DGDN_BUILD_TESTS=ON -DGDN_BUILD_BENCH=ON ${GDN_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 1500
 scripts/test-python.sh

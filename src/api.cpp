@@ -1,10 +1,12 @@
-// The C API: contexts, dispatch to a backend, and the last-error message.
+// The C API: contexts, dispatch to a backend, and the last-error message. No exception leaves
+// it: every call's work runs through run_guarded, which turns one into a status and message.
 #include <algorithm>
 #include <cctype>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/validate.h"
@@ -33,21 +35,69 @@ gdn::Status make_backend(const std::string &name, const gdn_context_params &para
     return gdn::fail(GDN_ERROR_UNKNOWN_BACKEND, "unknown backend \"%s\" (known: ref, cpu, cuda)", name.c_str());
 }
 
-gdn_status finish(gdn_context *ctx, const gdn::Status &s) {
-    std::lock_guard<std::mutex> lock(ctx->error_mutex);
-    ctx->last_error = s.message;
-    return s.code;
+// Sets a message where allocating it may fail: then the message is lost, never the status.
+gdn_status store(std::string &message, gdn_status code, const char *text, const char *detail = "") noexcept {
+    try {
+        message.assign(text).append(detail);
+    } catch (...) {
+        message.clear();
+    }
+    return code;
 }
 
+// Runs fn (returning a gdn::Status) and gives its code and, in `message`, its message; an
+// exception becomes GDN_ERROR_OUT_OF_MEMORY (std::bad_alloc) or GDN_ERROR_BACKEND.
 template <class Fn>
-gdn_status guarded(gdn_context *ctx, Fn &&fn) {
+gdn_status run_guarded(std::string &message, Fn &&fn) noexcept {
     try {
-        return finish(ctx, fn());
+        gdn::Status s = fn();
+        message.swap(s.message);
+        return s.code;
     } catch (const std::bad_alloc &) {
-        return finish(ctx, gdn::fail(GDN_ERROR_OUT_OF_MEMORY, "out of host memory"));
+        return store(message, GDN_ERROR_OUT_OF_MEMORY, "out of host memory");
     } catch (const std::exception &e) {
-        return finish(ctx, gdn::fail(GDN_ERROR_BACKEND, "internal error: %s", e.what()));
+        return store(message, GDN_ERROR_BACKEND, "internal error: ", e.what());
+    } catch (...) {
+        return store(message, GDN_ERROR_BACKEND, "internal error: an exception that is not a std::exception");
     }
+}
+
+// A call on a context: its message becomes the context's last error.
+template <class Fn>
+gdn_status guarded(gdn_context *ctx, Fn &&fn) noexcept {
+    std::string message;
+    const gdn_status code = run_guarded(message, fn);
+    std::lock_guard<std::mutex> lock(ctx->error_mutex);
+    ctx->last_error.swap(message);
+    return code;
+}
+
+gdn::Status check_params(const gdn_context_params &p) {
+    const std::pair<const char *, int> fields[] = {{"n_threads", p.n_threads}, {"device", p.device}, {"chunk_size", p.chunk_size}};
+    for (const auto &[name, value] : fields)
+        if (value < 0) return gdn::fail(GDN_ERROR_INVALID_ARGUMENT, "params: %s = %d is negative", name, value);
+    // More is a mistake (a count of bytes, an uninitialised field), not a machine.
+    if (p.n_threads > GDN_MAX_THREADS)
+        return gdn::fail(GDN_ERROR_INVALID_ARGUMENT, "params: n_threads = %d is more than %d, the most a context runs (0 = every core)",
+                         p.n_threads, GDN_MAX_THREADS);
+    return {};
+}
+
+gdn::Status create_context(const char *backend, const gdn_context_params &params, gdn_context *&out) {
+    GDN_TRY(check_params(params));
+    auto ctx = std::make_unique<gdn_context>();
+    gdn::Status s;
+    if (backend != nullptr) {
+        s = make_backend(lower(backend), params, ctx->backend);
+    } else {
+        // Fastest available first.
+        for (const char *name : {"cuda", "cpu", "ref"}) {
+            s = make_backend(name, params, ctx->backend);
+            if (s.ok()) break;
+        }
+    }
+    if (s.ok()) out = ctx.release();
+    return s;
 }
 
 }  // namespace
@@ -131,39 +181,17 @@ gdn_context_params gdn_context_default_params(void) {
 }
 
 gdn_status gdn_context_create(const char *backend, const gdn_context_params *params, gdn_context **out) {
+    std::string message;
+    gdn_status code = GDN_ERROR_INVALID_ARGUMENT;
     if (out == nullptr) {
-        g_create_error = "out is NULL";
-        return GDN_ERROR_INVALID_ARGUMENT;
+        store(message, code, "out is NULL");
+    } else {
+        *out = nullptr;
+        const gdn_context_params prm = params ? *params : gdn_context_default_params();
+        code = run_guarded(message, [&] { return create_context(backend, prm, *out); });
     }
-    *out = nullptr;
-    const gdn_context_params prm = params ? *params : gdn_context_default_params();
-    if (prm.n_threads < 0 || prm.chunk_size < 0 || prm.device < 0) {
-        g_create_error = "params: n_threads, device and chunk_size must not be negative";
-        return GDN_ERROR_INVALID_ARGUMENT;
-    }
-    try {
-        auto ctx = std::make_unique<gdn_context>();
-        gdn::Status s;
-        if (backend != nullptr) {
-            s = make_backend(lower(backend), prm, ctx->backend);
-        } else {
-            // Fastest available first.
-            for (const char *name : {"cuda", "cpu", "ref"}) {
-                s = make_backend(name, prm, ctx->backend);
-                if (s.ok()) break;
-            }
-        }
-        if (!s.ok()) {
-            g_create_error = s.message;
-            return s.code;
-        }
-        g_create_error.clear();
-        *out = ctx.release();
-        return GDN_OK;
-    } catch (const std::bad_alloc &) {
-        g_create_error = "out of host memory";
-        return GDN_ERROR_OUT_OF_MEMORY;
-    }
+    g_create_error.swap(message);
+    return code;
 }
 
 void gdn_context_free(gdn_context *ctx) { delete ctx; }
@@ -224,6 +252,15 @@ uint64_t gdn_context_workspace_bytes(const gdn_context *ctx) { return ctx ? ctx-
 void gdn_context_release_workspace(gdn_context *ctx) {
     if (ctx != nullptr) ctx->backend->release_workspace();
 }
+
+#define GDN_STRINGIFY_(x) #x
+#define GDN_STRINGIFY(x) GDN_STRINGIFY_(x)
+
+const char *gdn_version(void) {
+    return GDN_STRINGIFY(GDN_VERSION_MAJOR) "." GDN_STRINGIFY(GDN_VERSION_MINOR) "." GDN_STRINGIFY(GDN_VERSION_PATCH);
+}
+
+int gdn_version_number(void) { return GDN_VERSION_NUMBER; }
 
 int gdn_backend_available(const char *backend) {
     if (backend == nullptr) return 0;

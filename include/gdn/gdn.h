@@ -51,6 +51,9 @@ extern "C" {
 #define GDN_VERSION_MAJOR 0
 #define GDN_VERSION_MINOR 1
 #define GDN_VERSION_PATCH 0
+/* The version as one comparable number (0.1.0 -> 100, 1.2.3 -> 10203). These macros are the
+ * project's one version: CMake and the Python package read theirs from here. */
+#define GDN_VERSION_NUMBER (GDN_VERSION_MAJOR * 10000 + GDN_VERSION_MINOR * 100 + GDN_VERSION_PATCH)
 
 typedef enum {
     GDN_TYPE_F32 = 0, GDN_TYPE_F64 = 1, GDN_TYPE_F16 = 2, GDN_TYPE_BF16 = 3,
@@ -109,8 +112,10 @@ typedef enum {
 
 typedef struct gdn_context gdn_context;
 
+#define GDN_MAX_THREADS 4096  /* the most threads a context runs: n_threads above is INVALID_ARGUMENT */
+
 typedef struct gdn_context_params {
-    int   n_threads;   /* cpu: 0 = all cores */
+    int   n_threads;   /* cpu: 0 = all cores (at most GDN_MAX_THREADS) */
     int   device;      /* cuda: device ordinal */
     void *stream;      /* cuda: cudaStream_t of the context's device, NULL = the default
                           stream; it must outlive the context (its workspace is freed on it).
@@ -188,6 +193,11 @@ GDN_API void gdn_context_release_workspace(gdn_context *ctx);
 
 /* Whether a backend is compiled in and can start here (a CUDA device exists, say). */
 GDN_API int gdn_backend_available(const char *backend);
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH", and as GDN_VERSION_NUMBER
+ * computes it: compare with the header's macros to detect a mismatched libgdn. */
+GDN_API const char *gdn_version(void);
+GDN_API int         gdn_version_number(void);
 
 #ifdef __cplusplus
 }

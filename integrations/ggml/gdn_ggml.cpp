@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 
 namespace {
@@ -27,6 +28,24 @@ std::string format(const char *fmt, ...) {
 
 void put(char *why, size_t size, const std::string &msg) {
     if (why != nullptr && size > 0) std::snprintf(why, size, "%s", msg.c_str());
+}
+
+// Runs check(message) for a function of the C API that reports through a why buffer: no
+// exception leaves it (building a message can run out of memory).
+template <class Check>
+gdn_status reported(char *why, size_t why_size, Check &&check) noexcept {
+    try {
+        std::string msg;
+        const gdn_status s = check(msg);
+        put(why, why_size, msg);
+        return s;
+    } catch (const std::bad_alloc &) {
+        if (why != nullptr && why_size > 0) std::snprintf(why, why_size, "out of host memory");
+        return GDN_ERROR_OUT_OF_MEMORY;
+    } catch (...) {
+        if (why != nullptr && why_size > 0) std::snprintf(why, why_size, "internal error");
+        return GDN_ERROR_BACKEND;
+    }
 }
 
 gdn_status convert(const ggml_tensor *t, const char *role, gdn_tensor &out, std::string &why) {
@@ -228,34 +247,35 @@ void backward_op(ggml_tensor *dst, int ith, int nth, void *) {
 extern "C" {
 
 gdn_status gdn_ggml_tensor(const ggml_tensor *t, gdn_tensor *out, char *why, size_t why_size) {
-    std::string msg;
-    gdn_tensor r{};
-    const gdn_status s = out == nullptr ? GDN_ERROR_INVALID_ARGUMENT : convert(t, "tensor", r, msg);
-    if (out == nullptr) msg = "out is NULL";
-    if (s == GDN_OK) *out = r;
-    put(why, why_size, msg);
-    return s;
+    return reported(why, why_size, [&](std::string &msg) {
+        if (out == nullptr) {
+            msg = "out is NULL";
+            return GDN_ERROR_INVALID_ARGUMENT;
+        }
+        gdn_tensor r{};
+        const gdn_status s = convert(t, "tensor", r, msg);
+        if (s == GDN_OK) *out = r;
+        return s;
+    });
 }
 
 gdn_status gdn_ggml_check_forward(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *g,
                                   const ggml_tensor *beta, const ggml_tensor *state, int64_t K, char *why, size_t why_size) {
     const ggml_tensor *const src[6] = {q, k, v, g, beta, state};
-    Call c;
-    std::string msg;
-    const gdn_status s = check_forward(src, K, c, msg);
-    put(why, why_size, msg);
-    return s;
+    return reported(why, why_size, [&](std::string &msg) {
+        Call c;
+        return check_forward(src, K, c, msg);
+    });
 }
 
 gdn_status gdn_ggml_check_backward(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *g,
                                    const ggml_tensor *beta, const ggml_tensor *state, const ggml_tensor *d_result,
                                    char *why, size_t why_size) {
     const ggml_tensor *const src[7] = {q, k, v, g, beta, state, d_result};
-    Call c;
-    std::string msg;
-    const gdn_status s = check_backward(src, c, msg);
-    put(why, why_size, msg);
-    return s;
+    return reported(why, why_size, [&](std::string &msg) {
+        Call c;
+        return check_backward(src, c, msg);
+    });
 }
 
 ggml_tensor *gdn_ggml_gated_delta_net(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *g,

@@ -65,8 +65,9 @@ class Context:
     """
 
     def __init__(self, backend=None, threads=None, chunk_size=None, device=0, stream=None):
-        for name, value in (("threads", threads), ("chunk_size", chunk_size)):
-            if value is not None and (not isinstance(value, int) or value < 0):
+        # What a C int holds; the library refuses what it cannot run (threads over 4096, say).
+        for name, value in (("threads", threads), ("chunk_size", chunk_size), ("device", int(device))):
+            if value is not None and (not isinstance(value, int) or not 0 <= value <= 2**31 - 1):
                 raise _errors.InvalidArgumentError(f"{name} = {value!r} is not a non-negative int")
         self.threads = threads
         self.chunk_size = chunk_size

@@ -256,6 +256,5 @@ NB_MODULE(_gdn, m) {
     gdn_python::bind_memory(m);
     m.def("backend_available", [](const std::string &name) { return gdn_backend_available(name.c_str()) != 0; });
     m.def("status_string", [](int s) { return std::string(gdn_status_string(static_cast<gdn_status>(s))); });
-    m.attr("version") = std::to_string(GDN_VERSION_MAJOR) + "." + std::to_string(GDN_VERSION_MINOR) + "." +
-                        std::to_string(GDN_VERSION_PATCH);
+    m.attr("version") = gdn_version();
 }

@@ -174,3 +174,25 @@ def test_release_workspace_frees_and_the_next_call_allocates_again():
     assert ctx.workspace_bytes == 0
     out_second, _ = gdn.forward(q, k, v, g, beta, state, states=False, ctx=ctx)
     assert ctx.workspace_bytes > 0 and np.array_equal(out_first, out_second)
+
+
+@pytest.mark.parametrize("params, words", [
+    (dict(threads=100000), "n_threads = 100000 is more than 4096"),
+    (dict(threads=2**40), "threads = 1099511627776"),
+    (dict(threads=-1), "threads = -1"),
+    (dict(chunk_size=-3), "chunk_size = -3"),
+    (dict(chunk_size=2**31), "chunk_size = 2147483648"),
+    (dict(device=-1), "device = -1"),
+])
+def test_absurd_context_parameters_raise_naming_them(params, words):
+    with pytest.raises(gdn.InvalidArgumentError, match=words):
+        gdn.Context("cpu", **params)
+
+
+def test_chunk_sizes_that_do_not_divide_t_compute_what_ref_does():
+    rng = np.random.default_rng(11)
+    inputs = make_inputs(rng, dtype=np.float32)
+    want, _ = gdn.forward(*inputs, ctx=gdn.Context("ref"))
+    for chunk_size in (1, 3, 7, 2**31 - 1):
+        got, _ = gdn.forward(*inputs, ctx=gdn.Context("cpu", threads=2, chunk_size=chunk_size))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

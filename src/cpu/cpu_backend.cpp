@@ -19,6 +19,7 @@
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
 #include <deque>
+#include <system_error>
 #include <utility>
 #include <thread>
 #include <vector>
@@ -48,8 +49,12 @@ constexpr int64_t per_token_max_tokens_backward = 0;
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(const gdn_context_params &p)
-        : pool_(p.n_threads > 0 ? p.n_threads : std::max(1u, std::thread::hardware_concurrency())),
-          chunk_size_(p.chunk_size) {}
+        : pool_(threads_for(p)), chunk_size_(p.chunk_size) {}
+
+    static int threads_for(const gdn_context_params &p) {
+        if (p.n_threads > 0) return p.n_threads;
+        return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, static_cast<unsigned>(GDN_MAX_THREADS)));
+    }
 
     const char *name() const override { return "cpu"; }
 
@@ -393,7 +398,12 @@ private:
 }  // namespace
 
 Status make_cpu_backend(const gdn_context_params &params, std::unique_ptr<Backend> &out) {
-    out = std::make_unique<CpuBackend>(params);
+    try {
+        out = std::make_unique<CpuBackend>(params);
+    } catch (const std::system_error &e) {
+        return fail(GDN_ERROR_BACKEND, "cpu: the system could not start %d threads (%s); ask for fewer with n_threads",
+                    CpuBackend::threads_for(params), e.what());
+    }
     return {};
 }
 

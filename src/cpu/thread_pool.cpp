@@ -5,10 +5,20 @@
 namespace gdn::cpu {
 
 ThreadPool::ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
-    for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+    try {
+        workers_.reserve(static_cast<size_t>(threads_ - 1));
+        for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+    } catch (...) {
+        // No destructor runs for a constructor that throws, and a joinable std::thread destroyed
+        // unjoined terminates the process.
+        stop_workers();
+        throw;
+    }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_.store(true, std::memory_order_release);

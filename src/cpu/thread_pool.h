@@ -20,7 +20,9 @@ inline int64_t share_begin(int64_t items, int worker, int workers) { return item
 
 class ThreadPool {
 public:
-    explicit ThreadPool(int threads);  // threads >= 1; the calling thread is worker 0
+    // threads >= 1; the calling thread is worker 0. Throws std::system_error when the system
+    // cannot start a worker, after joining those it started.
+    explicit ThreadPool(int threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool &) = delete;
     ThreadPool &operator=(const ThreadPool &) = delete;
@@ -39,6 +41,7 @@ public:
     void run_weighted(const std::vector<int64_t> &weights, const std::function<void(int64_t, int)> &fn);
 
 private:
+    void stop_workers();
     void worker_loop(int worker);
     void run_slice(int worker);
 

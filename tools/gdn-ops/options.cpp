@@ -44,6 +44,7 @@ const char kUsage[] =
     "                   that crashes is reported as failed and the run goes on)\n"
     "  --output FORMAT  console (default): a line per case and backend, summaries; json: one document;\n"
     "                   csv: a header, then a row per case and backend, a column per metric\n"
+    "  --version        the version of gdn, then exit\n"
     "  -h, --help       this text\n"
     "\n"
     "Exit status: 0 when everything that ran passed, 1 when a case failed or nothing ran, 2 for a\n"
