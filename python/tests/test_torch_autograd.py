@@ -5,17 +5,7 @@ import torch
 
 import gdn
 import gdn.torch as gt
-
-
-def small_inputs(dtype=torch.float64, B=1, T=6, H=1, HV=2, K=4, V=3, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, K, generator=gen, dtype=dtype)
-    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=dtype), dim=-1)
-    v = torch.randn(B, T, HV, V, generator=gen, dtype=dtype)
-    g = -torch.rand(B, T, HV, generator=gen, dtype=dtype)
-    beta = torch.rand(B, T, HV, generator=gen, dtype=dtype)
-    h0 = torch.randn(B, HV, K, V, generator=gen, dtype=dtype)
-    return [x.requires_grad_() for x in (q, k, v, g, beta, h0)]
+from torch_inputs import small_inputs
 
 
 def test_gradcheck_on_the_ref_backend():
