@@ -19,12 +19,11 @@ import torch.nn.functional as F  # noqa: E402
 
 import gdn  # noqa: E402
 import gdn.torch  # noqa: E402
-import hf_reference as hf  # noqa: E402
 from gdn.integrations import transformers as gdn_hf  # noqa: E402
 
 from transformers_support import (  # noqa: E402  (the fixtures are used by name)
-    CHUNK, RECURRENT, float64_compute, gdn_calls, generate, loss_and_grads, modeling, no_patch_leaks, relative_error,
-    tiny_model, tokens)
+    CHUNK, PRESENT, RECURRENT, float64_compute, gdn_calls, generate, loss_and_grads, modeling, no_patch_leaks,
+    relative_error, require, tiny_model, tokens)
 
 
 @pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next", "qwen3_5_moe"])
@@ -167,6 +166,8 @@ def test_adapters_keep_transformers_return_conventions():
     v = torch.randn(B, T, HV, V).to(torch.bfloat16)
     q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
     g, beta = -torch.rand(B, T, HV), torch.rand(B, T, HV).to(torch.bfloat16)
+    require("qwen3_5")  # the reference: Qwen3.5's function, which repeats the key heads itself
+    import hf_reference as hf
     reference = hf.chunk
     for adapter in (gdn_hf.chunk_gated_delta_rule, gdn_hf.recurrent_gated_delta_rule):
         o, state = adapter(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
@@ -189,6 +190,8 @@ def test_adapter_honours_packed_sequences():
     v, g, beta = torch.randn(1, T, HV, V, dtype=torch.float64), -torch.rand(1, T, HV, dtype=torch.float64), \
         torch.rand(1, T, HV, dtype=torch.float64)
     cu = torch.tensor([0, lengths[0], T], dtype=torch.int32)
+    require("qwen3_5")
+    import hf_reference as hf
     o, state = gdn_hf.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=True, cu_seqlens=cu,
                                              use_qk_l2norm_in_kernel=True)
     for i, (start, end) in enumerate(((0, lengths[0]), (lengths[0], T))):
@@ -199,6 +202,7 @@ def test_adapter_honours_packed_sequences():
 
 
 def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
+    require("qwen3_5")  # transformers >= 5.1: the layers call module globals
     originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in gdn_hf.MODELS}
     assert gdn_hf.patched_models() == ()
     assert gdn_hf.patch() == tuple(gdn_hf.MODELS)
@@ -215,6 +219,7 @@ def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
 
 
 def test_context_manager_leaves_an_outer_patch_in_place():
+    require("qwen3_5")  # transformers >= 5.1: the layers call module globals
     gdn_hf.patch("qwen3_5")
     with gdn_hf.patched() as now:
         assert now == tuple(gdn_hf.MODELS) == gdn_hf.patched_models()
@@ -231,6 +236,7 @@ def test_unknown_model_names_are_refused():
 
 
 def test_changed_signature_is_refused_or_skipped_with_a_warning(monkeypatch):
+    require("qwen3_5")  # transformers >= 5.1: the layers call module globals
     def renamed(query, key, value, beta, g, **kwargs):  # g and beta swapped: not the convention gdn knows
         raise AssertionError("never called")
 
