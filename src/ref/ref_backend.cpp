@@ -42,6 +42,7 @@ public:
     }
 
     uint64_t workspace_bytes() const override { return workspace_; }
+    void release_workspace() override { workspace_ = 0; }  // each call's scratch is its own: nothing is kept
 
 private:
     // Packed sequences run one after another, each as its own call on views (core/sequences.h).
