@@ -57,6 +57,8 @@ echo "$pinned_site" > "$fresh_site/gdn-pinned-environment.pth"
 # Test, with a bare environment: PATH holds the fresh environment's bin folder alone.
 cp -r python/tests "$tmp/tests"
 cd "$tmp/tests"
+# The quoted script expands its variables in that environment.
+# shellcheck disable=SC2016
 env -i HOME="$HOME" PATH="$fresh/bin" LANG=C.UTF-8 TMPDIR="${TMPDIR:-/tmp}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" \
   GDN_FLA_SITE="$venv/fla-site" "$BASH" -c '
   for tool in cc c++ gcc g++ clang clang++ nvcc ld; do
