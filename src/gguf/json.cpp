@@ -21,8 +21,9 @@ const char *kind_name(Kind kind) {
 }
 
 const Value *Value::find(std::string_view key) const {
-    for (const auto &[name, value] : members)
-        if (name == key) return &value;
+    if (kind != Kind::Object) return nullptr;
+    for (size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == key) return &items[i];
     return nullptr;
 }
 
@@ -96,8 +97,8 @@ private:
             const size_t key_at = at_;
             std::string key;
             if (!string(key)) return false;
-            for (const auto &member : out.members)
-                if (member.first == key) {
+            for (const std::string &seen : out.keys)
+                if (seen == key) {
                     at_ = key_at;
                     return fail("duplicate key \"" + key + "\"");
                 }
@@ -107,7 +108,8 @@ private:
             skip_space();
             Value member;
             if (!value(member, depth)) return false;
-            out.members.emplace_back(std::move(key), std::move(member));
+            out.keys.push_back(std::move(key));
+            out.items.push_back(std::move(member));
             skip_space();
             if (peek('}')) return ++at_, true;
             if (!peek(',')) return fail("expected ',' or '}' in the object");

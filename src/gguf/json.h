@@ -24,8 +24,8 @@ struct Value {
     bool boolean = false;                                 // Bool
     double number = 0.0;                                  // Number
     std::string text;                                     // String: the decoded text; Number: the literal
-    std::vector<Value> items;                             // Array
-    std::vector<std::pair<std::string, Value>> members;  // Object, in the text's order
+    std::vector<Value> items;                             // Array; Object: the members' values
+    std::vector<std::string> keys;                        // Object: items[i]'s key, in the text's order
 
     // The member of an object with that key, nullptr when absent (or not an object).
     const Value *find(std::string_view key) const;

@@ -32,9 +32,10 @@ std::vector<uint8_t> bytes_of(const std::string &s) { return {s.begin(), s.end()
 TEST(Json, ParsesEveryKindInOrder) {
     const Value v = parsed(" {\"b\": [1, -2.5e1, 0], \"a\": {\"t\": true, \"f\": false, \"n\": null}, \"s\": \"x\"}\n");
     ASSERT_EQ(v.kind, Kind::Object);
-    ASSERT_EQ(v.members.size(), 3u);
-    EXPECT_EQ(v.members[0].first, "b");  // the text's order, not sorted
-    EXPECT_EQ(v.members[1].first, "a");
+    ASSERT_EQ(v.keys.size(), 3u);
+    ASSERT_EQ(v.items.size(), 3u);
+    EXPECT_EQ(v.keys[0], "b");  // the text's order, not sorted
+    EXPECT_EQ(v.keys[1], "a");
     const Value *b = v.find("b");
     ASSERT_TRUE(b && b->kind == Kind::Array && b->items.size() == 3);
     EXPECT_EQ(b->items[0].as_int(), 1);
@@ -51,7 +52,7 @@ TEST(Json, ParsesEveryKindInOrder) {
     EXPECT_EQ(v.find("missing"), nullptr);
     EXPECT_EQ(b->find("b"), nullptr);  // not an object
     EXPECT_EQ(parsed("[]").items.size(), 0u);
-    EXPECT_EQ(parsed("{}").members.size(), 0u);
+    EXPECT_EQ(parsed("{}").keys.size(), 0u);
     EXPECT_EQ(parsed("7").as_int(), 7);
 }
 
