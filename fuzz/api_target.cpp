@@ -149,6 +149,7 @@ std::vector<Dense> reference_outputs(const Call &c, const std::vector<uint8_t> &
     Call r;
     r.backward = c.backward;
     r.scale = c.scale;
+    r.scale_is_explicit = c.scale_is_explicit;
     r.head_map = c.head_map;
     r.sequences = c.sequences;
     r.cu_seqlens = c.cu_seqlens;  // an input that no call writes: read in place

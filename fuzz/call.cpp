@@ -341,6 +341,7 @@ std::string Call::describe() const {
     s << (backward ? "backward" : "forward") << (check_only ? " (check)" : "") << " backend="
       << (backend ? backend : "NULL") << " Sk=" << Sk << " Sv=" << Sv << " Hk=" << Hk << " Hv=" << Hv << " T=" << T
       << " B=" << B << " Bq=" << Bq << " K=" << snapshots << " gate=" << gate_width << " scale=" << scale
+      << (scale_is_explicit ? " (explicit)" : "")
       << " head_map=" << head_map << (problem_null ? " problem=NULL" : "") << (grads_null ? " grads=NULL" : "");
     if (!default_params(params))
         s << " n_threads=" << params.n_threads << " chunk_size=" << params.chunk_size << " device=" << params.device;
