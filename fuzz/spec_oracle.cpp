@@ -171,6 +171,7 @@ Judgement judge(const Call &c) {
     if (c.problem_null) return invalid("problem is NULL");
     if (c.head_map != GDN_HEAD_MAP_TILED && c.head_map != GDN_HEAD_MAP_GROUPED) return invalid("head_map out of range");
     if (!std::isfinite(c.scale)) return invalid("scale not finite");
+    if (raw_type(c.t[Q]) == GDN_TYPE_F32 && std::fabs(c.scale) > 3.4028234663852886e38) return invalid("scale past float");
     if (c.backward && c.grads_null) return invalid("grads is NULL");
 
     std::string why;

@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define GDN_VERSION_MAJOR 0
-#define GDN_VERSION_MINOR 1
+#define GDN_VERSION_MINOR 2
 #define GDN_VERSION_PATCH 0
 /* The version as one comparable number (0.1.0 -> 100, 1.2.3 -> 10203). These macros are the
  * project's one version: CMake and the Python package read theirs from here. */

@@ -30,6 +30,7 @@ untouched.
 """
 
 import threading
+import weakref
 from collections import namedtuple
 
 import numpy as np
@@ -100,11 +101,18 @@ class Context:
 
 
 _local = threading.local()
+# Every thread's default contexts: the autograd engine runs the backward of CUDA tensors on a
+# thread of its own, whose contexts release_workspaces() must reach too.
+_every_default_context = weakref.WeakSet()
+_every_default_context_lock = threading.Lock()
 
 
 def release_workspaces():
-    """Frees the workspaces of the calling thread's default contexts (those gdn.torch uses)."""
-    for ctx in getattr(_local, "contexts", {}).values():
+    """Frees the workspaces of every thread's default contexts (those gdn.torch uses, the autograd
+    engine's backward threads included). Call it between steps, when no gdn call is running."""
+    with _every_default_context_lock:
+        contexts = list(_every_default_context)
+    for ctx in contexts:
         ctx.release_workspace()
 
 
@@ -117,6 +125,8 @@ def default_context(backend=None, device=0, stream=None, threads=None):
     ctx = cache.get(key)
     if ctx is None:
         ctx = cache[key] = Context(backend, threads=threads, device=device, stream=stream)
+        with _every_default_context_lock:
+            _every_default_context.add(ctx)
     return ctx
 
 

@@ -196,3 +196,23 @@ def test_chunk_sizes_that_do_not_divide_t_compute_what_ref_does():
     for chunk_size in (1, 3, 7, 2**31 - 1):
         got, _ = gdn.forward(*inputs, ctx=gdn.Context("cpu", threads=2, chunk_size=chunk_size))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_release_workspaces_reaches_every_threads_contexts():
+    """gdn.torch's contexts are per thread, and autograd runs a CUDA backward on a thread of its own."""
+    import threading
+    rng = np.random.default_rng(9)
+    inputs = make_inputs(rng, dtype=np.float32)
+    held = []
+
+    def worker():
+        ctx = gdn.default_context("cpu", threads=1)
+        gdn.forward(*inputs, states=False, ctx=ctx)
+        held.append(ctx)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert held[0].workspace_bytes > 0
+    gdn._core.release_workspaces()
+    assert held[0].workspace_bytes == 0

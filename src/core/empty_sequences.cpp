@@ -39,6 +39,7 @@ std::vector<StateCopy> copies(const Dims &d, const std::vector<int64_t> &offsets
 }  // namespace
 
 int64_t sequences_with_tokens(const Dims &d, const std::vector<int64_t> &offsets) {
+    if (!d.packed) return d.T > 0 ? d.B : 0;  // B may be huge when nothing is written: no loop over it
     int64_t count = 0;
     for (int64_t n = 0; n < d.state_sequences(); ++n) count += length_of(d, offsets, n) > 0 ? 1 : 0;
     return count;

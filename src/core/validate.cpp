@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -136,6 +137,10 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
                 return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = 0: head sizes and head counts must be at least 1 (only tokens, ne[2], and sequences, ne[3], may be 0)",
                             t.name, dim);
     d.scale = p->scale != 0.0 || p->scale_is_explicit ? p->scale : 1.0 / std::sqrt(static_cast<double>(d.Sk));
+    // F32 backends compute with a float scale: a larger one would turn into inf there.
+    if (d.type == GDN_TYPE_F32 && std::fabs(d.scale) > std::numeric_limits<float>::max())
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g does not fit the F32 arithmetic of an F32 call (|scale| <= %g)", d.scale,
+                    static_cast<double>(std::numeric_limits<float>::max()));
 
     GDN_TRY(check_shape(k, d.Sk, d.Hk, d.T, d.Bq, "k has the shape of q"));
     if (p->v.ne[2] != d.T)

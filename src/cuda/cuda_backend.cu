@@ -270,6 +270,7 @@ public:
         DeviceScope scope;
         if (!scope.enter(device_).ok()) return;
         workspace_->release();
+        last_workspace_ = 0;
     }
 
 private:

@@ -259,4 +259,24 @@ TEST(Scale, IsADoubleUsedAsGiven) {
     gdn_context_free(ctx);
 }
 
+// An F32 call computes with a float scale (cpu, cuda): a double past FLT_MAX is refused by name
+// rather than turned into inf by one backend and not by another; F64 takes it.
+TEST(Scale, PastFloatIsRefusedForF32) {
+    Sizes s;
+    gdn_context *ctx = make_context("ref");
+    for (gdn_type type : {GDN_TYPE_F32, GDN_TYPE_F64}) {
+        DenseProblem p(s, type, 22);
+        gdn_problem prob = p.problem();
+        prob.scale = 1e39;
+        const gdn_status status = gdn_check_forward(ctx, &prob, nullptr, nullptr);
+        if (type == GDN_TYPE_F64) {
+            EXPECT_EQ(status, GDN_OK) << gdn_last_error(ctx);
+        } else {
+            EXPECT_EQ(status, GDN_ERROR_INVALID_ARGUMENT);
+            EXPECT_NE(std::string(gdn_last_error(ctx)).find("scale = 1e+39"), std::string::npos) << gdn_last_error(ctx);
+        }
+    }
+    gdn_context_free(ctx);
+}
+
 }  // namespace
