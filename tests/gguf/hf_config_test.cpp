@@ -9,6 +9,7 @@
 #include "gguf/hf_config.h"
 #include "gguf/presets.h"
 #include "hf_configs.h"
+#include "shape_expectations.h"
 #include "test_files.h"
 
 namespace gdn::gguf {
@@ -22,17 +23,6 @@ bool shape_of(const std::string &text, ModelShape &out, std::string &error) {
     json::Value config;
     if (!json::parse(text, config, error)) return false;
     return model_shape_from_hf_config(config, out, error);
-}
-
-void expect_same_op_shape(const ModelShape &s, const ModelShape &preset) {
-    EXPECT_EQ(s.Sk, preset.Sk);
-    EXPECT_EQ(s.Sv, preset.Sv);
-    EXPECT_EQ(s.Hk, preset.Hk);
-    EXPECT_EQ(s.Hv, preset.Hv);
-    EXPECT_EQ(s.conv_dim, preset.conv_dim);
-    EXPECT_EQ(s.conv_kernel, preset.conv_kernel);
-    EXPECT_EQ(s.block_count, preset.block_count);
-    EXPECT_EQ(s.delta_net_layers, preset.delta_net_layers);
 }
 
 TEST(HfConfig, Qwen3NextAtTheTopLevel) {

@@ -5,6 +5,7 @@
 #include "gguf/model_shape.h"
 #include "gguf/presets.h"
 #include "gguf_writer.h"
+#include "shape_expectations.h"
 #include "test_files.h"
 
 namespace gdn::gguf {
@@ -37,14 +38,7 @@ std::string shape_error(const GgufWriter &w) {
 
 void expect_same_shape(const ModelShape &got, const ModelShape &want) {
     EXPECT_EQ(got.arch, want.arch);
-    EXPECT_EQ(got.Sk, want.Sk);
-    EXPECT_EQ(got.Sv, want.Sv);
-    EXPECT_EQ(got.Hk, want.Hk);
-    EXPECT_EQ(got.Hv, want.Hv);
-    EXPECT_EQ(got.conv_dim, want.conv_dim);
-    EXPECT_EQ(got.conv_kernel, want.conv_kernel);
-    EXPECT_EQ(got.block_count, want.block_count);
-    EXPECT_EQ(got.delta_net_layers, want.delta_net_layers);
+    expect_same_op_shape(got, want);
 }
 
 class ShapeVersions : public ::testing::TestWithParam<uint32_t> {};
