@@ -6,6 +6,7 @@
 
 #include "cpu/chunk_backward.h"
 #include "cpu/chunk_vector.h"
+#include "cpu/state_io.h"
 
 namespace gdn::cpu {
 

@@ -4,14 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 
 #include "core/tensor.h"
+#include "cpu/cache_control.h"
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
-#include "cpu/transpose4.h"
 
 namespace gdn::cpu {
 
@@ -63,20 +60,6 @@ int64_t forward_state_panel(int64_t Sv) {
     const int64_t panel = gemm_wide_panel_width();
     return Sv % panel == 0 ? panel : Sv;
 }
-
-namespace {
-
-// Every cache line of [p, p + bytes): a row that does not start on a line boundary (malloc
-// aligns to 16 bytes, not 64) can span one line more than its length in lines, and reading that
-// last line would wait on memory. Locality as __builtin_prefetch takes it (3: into L1, 2: L2).
-template <int Locality = 3>
-void prefetch_lines(const void *p, int64_t bytes) {
-    constexpr uintptr_t line = 64;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(line - 1), end = reinterpret_cast<uintptr_t>(p) + bytes;
-    for (uintptr_t a = first; a < end; a += line) __builtin_prefetch(reinterpret_cast<const char *>(a), 0, Locality);
-}
-
-}  // namespace
 
 void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst) {
     const int64_t bytes = n * int64_t(sizeof(float));
@@ -374,11 +357,6 @@ void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tens
     prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1, pages);
 }
 
-void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index) {
-    if (t == nullptr) return;
-    for (int64_t j = 0; j < d.Sv; ++j) prefetch_lines(element_ptr(*t, 0, j, h, index), d.Sk * int64_t(sizeof(float)));
-}
-
 void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
           int64_t ldc, float *pack) {
     constexpr int64_t block = 16;
@@ -399,136 +377,8 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
 }
 
 void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd) {
-#if defined(__SSE2__)
-    // Whole cache lines only (a partly streamed line would leave a write-combining buffer half
-    // full); a row's first and last partial lines are stored as usual.
-    constexpr int64_t line_floats = 16;
-    for (int64_t r = 0; r < L; ++r) {
-        const float *s = src + r * n;
-        float *d = dst + r * ldd;
-        int64_t i = 0;
-        for (; i < n && reinterpret_cast<uintptr_t>(d + i) % (line_floats * sizeof(float)) != 0; ++i) d[i] = s[i];
-        for (; i + line_floats <= n; i += line_floats)
-            for (int64_t part = 0; part < line_floats; part += 4)
-                _mm_stream_ps(d + i + part, _mm_loadu_ps(s + i + part));
-        for (; i < n; ++i) d[i] = s[i];
-    }
-    _mm_sfence();  // the streamed stores are ordered before anything this thread does next
-#else
-    for (int64_t r = 0; r < L; ++r) std::memcpy(dst + r * ldd, src + r * n, sizeof(float) * n);
-#endif
-}
-
-// The state is kept as S (row i = key channel, Sv contiguous) and stored transposed (the key
-// index contiguous): a transpose, done in tiles so that both sides stay in cache lines (a
-// packed batch of many short sequences loads and stores a state per sequence and head), and
-// inside a tile in 4 x 4 blocks in registers (at T = 512 the element-by-element transposes
-// were 4% of the KDA forward).
-namespace {
-constexpr int64_t kTransposeTile = 16;
-
-// Tiles a load asks for ahead of the one it transposes: a tile reads one line of each of 16
-// stored columns, 16 short streams no hardware prefetcher follows, so a state out of L2 was
-// read at the latency of each line.
-constexpr int64_t kTilesAhead = 4;
-
-// Visits the Sk x Sv state in tiles of kTransposeTile x kTransposeTile, inside a tile four state
-// columns at a time: block(i, j) for the 4 x 4 block at (i, j) where both sides have four left,
-// entry(i, j) one by one elsewhere. A tile's four columns are visited down all their rows before
-// the next four (each stored column's lines are filled one after another). Before each tile,
-// ahead(j0, i0) with the corner of the tile kTilesAhead later in this order (while there is one).
-template <class Block, class Entry, class Ahead>
-void for_state_blocks(int64_t Sk, int64_t Sv, Block block, Entry entry, Ahead ahead) {
-    const int64_t tiles_i = (Sk + kTransposeTile - 1) / kTransposeTile;
-    const int64_t tiles = tiles_i * ((Sv + kTransposeTile - 1) / kTransposeTile);
-    int64_t tile = 0;
-    for (int64_t j0 = 0; j0 < Sv; j0 += kTransposeTile) {
-        const int64_t j1 = std::min(Sv, j0 + kTransposeTile);
-        for (int64_t i0 = 0; i0 < Sk; i0 += kTransposeTile, ++tile) {
-            if (const int64_t later = tile + kTilesAhead; later < tiles)
-                ahead(later / tiles_i * kTransposeTile, later % tiles_i * kTransposeTile);
-            const int64_t i1 = std::min(Sk, i0 + kTransposeTile);
-            int64_t j = j0;
-            for (; j + 4 <= j1; j += 4) {
-                int64_t i = i0;
-                for (; i + 4 <= i1; i += 4) block(i, j);
-                for (; i < i1; ++i)
-                    for (int64_t c = 0; c < 4; ++c) entry(i, j + c);
-            }
-            for (; j < j1; ++j)
-                for (int64_t i = i0; i < i1; ++i) entry(i, j);
-        }
-    }
-}
-
-// Stored column j of a state (Sk floats: S(., j)), and the distance to the next one in floats.
-float *state_column(const gdn_tensor &t, int64_t j, int64_t h, int64_t index) {
-    return reinterpret_cast<float *>(element_ptr(t, 0, j, h, index));
-}
-int64_t state_column_stride(const gdn_tensor &t) { return t.nb[1] / int64_t(sizeof(float)); }
-
-// Non-temporal stores where there are any (x86-64), plain ones elsewhere.
-void stream_float(float *dst, float x) {
-#if defined(__SSE2__)
-    int bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    _mm_stream_si32(reinterpret_cast<int *>(dst), bits);
-#else
-    *dst = x;
-#endif
-}
-void stream_vec4(float *dst, vec4 x) {
-#if defined(__SSE2__)
-    if (reinterpret_cast<uintptr_t>(dst) % sizeof(vec4) == 0) {
-        _mm_stream_ps(dst, x);
-        return;
-    }
-#endif
-    for (int c = 0; c < 4; ++c) stream_float(dst + c, x[c]);
-}
-// Asks for the lines of the tile at (j0, i0) of stored columns cols (ld floats apart), into L2
-// (bursts of prefetches to L1 were found to be lost).
-void prefetch_tile(const float *cols, int64_t ld, int64_t Sk, int64_t Sv, int64_t j0, int64_t i0) {
-    const int64_t bytes = std::min(kTransposeTile, Sk - i0) * int64_t(sizeof(float));
-    for (int64_t j = j0; j < std::min(Sv, j0 + kTransposeTile); ++j) prefetch_lines<2>(cols + j * ld + i0, bytes);
-}
-}  // namespace
-
-// The 4 x 4 blocks below keep four columns j .. j + 3 (j a multiple of 4) of a state row
-// contiguous: a panel is the kernel's width (a multiple of 4), or Sv (the whole row).
-void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s, int64_t panel) {
-    const int64_t Sk = d.Sk, Sv = d.Sv, ld = state_column_stride(t);
-    const StatePanels state{Sk, panel};
-    const float *cols = state_column(t, 0, h, index);
-    for_state_blocks(
-        Sk, Sv,
-        [&](int64_t i, int64_t j) {
-            vec4 y[4];  // y[r] = S(i + r, j .. j + 3)
-            load_transposed4(cols + j * ld + i, ld, y);
-            for (int r = 0; r < 4; ++r) std::memcpy(s + state.at(i + r, j), &y[r], sizeof(vec4));
-        },
-        [&](int64_t i, int64_t j) { s[state.at(i, j)] = cols[j * ld + i]; },
-        [&](int64_t j0, int64_t i0) { prefetch_tile(cols, ld, Sk, Sv, j0, i0); });
-}
-
-// Non-temporal stores: a state is written once and not read again by this call, and a packed
-// batch writes one per sequence and head (200 MB for 64 sequences at the 27B shape); streaming
-// them skips reading each destination line first.
-void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s, int64_t panel) {
-    const int64_t ld = state_column_stride(t);
-    const StatePanels state{d.Sk, panel};
-    float *cols = state_column(t, 0, h, index);
-    for_state_blocks(
-        d.Sk, d.Sv,
-        [&](int64_t i, int64_t j) {
-            vec4 y[4];  // y[c] = S(i .. i + 3, j + c): four floats of stored column j + c
-            load_transposed4(s + state.at(i, j), panel, y);
-            for (int c = 0; c < 4; ++c) stream_vec4(cols + (j + c) * ld + i, y[c]);
-        },
-        [&](int64_t i, int64_t j) { stream_float(cols + j * ld + i, s[state.at(i, j)]); }, [](int64_t, int64_t) {});
-#if defined(__SSE2__)
-    _mm_sfence();  // the streamed stores are ordered before anything this thread does next
-#endif
+    for (int64_t r = 0; r < L; ++r) stream_row(src + r * n, n, dst + r * ldd);
+    stream_fence();
 }
 
 }  // namespace gdn::cpu

@@ -202,11 +202,4 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
 // does not read again, so their lines are not read from memory first (nor kept in cache).
 void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd);
 
-// Copies between the memory layout (transposed, strided) and an Sk x Sv state in panels of
-// `panel` columns (StatePanels; Sv: row-major).
-// Asks the caches for state (h, index) of t (nullptr: nothing), ahead of a load_state.
-void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index);
-void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, float *s, int64_t panel);
-void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const float *s, int64_t panel);
-
 }  // namespace gdn::cpu

@@ -6,6 +6,7 @@
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
+#include "cpu/state_io.h"
 
 namespace gdn::cpu {
 

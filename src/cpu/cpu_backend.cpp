@@ -32,6 +32,7 @@
 #include "cpu/chunk_plan.h"
 #include "cpu/forward_schedule.h"
 #include "cpu/gemm.h"
+#include "cpu/state_io.h"
 #include "cpu/thread_pool.h"
 #include "cpu/token_forward.h"
 #include "math/token_driver.h"

@@ -7,6 +7,7 @@ set(GDN_CPU_SOURCES
   cpu/thread_pool.cpp
   cpu/chunk_plan.cpp
   cpu/chunk_core.cpp
+  cpu/state_io.cpp
   cpu/chunk_vector.cpp
   cpu/token_forward.cpp
   cpu/token_block.cpp
