@@ -11,6 +11,7 @@ set(GDN_CPU_SOURCES
   cpu/chunk_vector.cpp
   cpu/token_forward.cpp
   cpu/token_block.cpp
+  cpu/token_rows.cpp
   cpu/chunk_forward.cpp
   cpu/chunk_backward.cpp
   cpu/backward_steps.cpp

@@ -2,32 +2,14 @@
 
 #include <cstring>
 
+#include "cpu/token_vec.h"
 #include "cpu/vectorized.h"
-
-// The helpers below take and return 32-byte vectors; they are always inlined, so the ABI that
-// GCC warns about (vectors passed without AVX in the baseline clone) is never used.
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace gdn::cpu {
 
 namespace {
 
-// GCC's portable vectors: one AVX register, two SSE or NEON registers. Every clone adds the same
-// lanes in the same order, so a result depends only on the host's FMA, never on threads.
-typedef float Vec __attribute__((vector_size(kTokenLanes * sizeof(float))));
-static_assert(kTokenLanes == 8, "lane_sums below adds eight lanes");
-
-#define GDN_INLINE inline __attribute__((always_inline))
-
-constexpr int64_t kCacheLine = 64;
-
-GDN_INLINE Vec load(const float *p) {
-    Vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-GDN_INLINE void store(float *p, Vec v) { std::memcpy(p, &v, sizeof v); }
-GDN_INLINE Vec splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
+using namespace token_vec;
 
 // Lane n < 4 of the result is the sum of the lanes of acc[n], every sum in one fixed tree:
 // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Four reductions share four adds and seven
@@ -42,21 +24,12 @@ GDN_INLINE Vec lane_sums(const Vec (&acc)[kTokenGroup]) {
     return halves + __builtin_shufflevector(halves, halves, 4, 5, 6, 7, 0, 1, 2, 3);
 }
 
-// Sk floats between a state column in memory and a padded column of the scratch, a vector at a
-// time (glibc's memcpy for these 512-byte pieces ran at a third of this loop's speed: its stores
-// and the kernel's loads of the same bytes do not forward).
-GDN_INLINE void copy_row(float *to, const float *from, int64_t n) {
-    int64_t i = 0;
-    for (; i + kTokenLanes <= n; i += kTokenLanes) store(to + i, load(from + i));
-    for (; i < n; ++i) to[i] = from[i];
-}
-
 // Column n of a set of columns (a group's four: base at its first). Stride > 0: the stride is
 // known at compile time (every set of the block has it), so the loops below address a set's four
 // columns as constant offsets of one register; with a run-time stride GCC keeps a pointer per
 // column and spills some of them.
 template <int64_t Stride>
-GDN_INLINE float *column(StateColumns set, int n) {
+GDN_INLINE float *column(StateLines set, int n) {
     return reinterpret_cast<float *>(set.base + n * (Stride > 0 ? Stride : set.stride));
 }
 
@@ -69,9 +42,9 @@ GDN_INLINE float *column(StateColumns set, int n) {
 // accumulator chains in flight and both FMA pipes busy, instead of a pass of four latency-bound
 // chains followed by a wait on its reduction.
 template <bool Finish, bool Start, int64_t Stride>
-GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, StateColumns fin_src, StateColumns fin_dst,
+GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, StateLines fin_src, StateLines fin_dst,
                            const Vec (&delta)[kTokenGroup], Vec (&cq)[kTokenGroup], int64_t start_t,
-                           StateColumns start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr) {
+                           StateLines start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr) {
     const int64_t P = b.padded;
     const float *k = b.k + fin_t * P, *q = b.q + fin_t * P, *a = b.decay + fin_t * P;
     const float *ak = b.decayed_k + start_t * P;
@@ -121,7 +94,7 @@ struct StepOrder {
 // whose second pass is pending and the next one (its pair partner, or the first of the next pair).
 struct GroupPlaces {
     const TokenBlock &b;
-    StateColumns from, to;
+    StateLines from, to;
     float *scratch;
     char *zeros;
 
@@ -129,26 +102,26 @@ struct GroupPlaces {
         return static_cast<int>(b.Sv - g * kTokenGroup < kTokenGroup ? b.Sv - g * kTokenGroup : kTokenGroup);
     }
     GDN_INLINE bool copied(int64_t g) const { return b.padded != b.Sk || columns(g) < kTokenGroup; }
-    GDN_INLINE StateColumns work(int64_t g) const {
+    GDN_INLINE StateLines work(int64_t g) const {
         return {reinterpret_cast<char *>(scratch + (g % kTokenGroupsInFlight) * kTokenGroup * b.padded),
                 b.padded * int64_t(sizeof(float))};
     }
-    GDN_INLINE StateColumns src(int64_t g, int64_t t) const {
+    GDN_INLINE StateLines src(int64_t g, int64_t t) const {
         if (t > 0 || copied(g)) return work(g);
         if (!from.base) return {zeros, b.padded * int64_t(sizeof(float))};
         return {from.base + g * kTokenGroup * from.stride, from.stride};
     }
-    GDN_INLINE StateColumns dst(int64_t g, int64_t t) const {
+    GDN_INLINE StateLines dst(int64_t g, int64_t t) const {
         if (t + 1 < b.tokens || copied(g) || !to.base) return work(g);
         return {to.base + g * kTokenGroup * to.stride, to.stride};
     }
     // Before a copied group's first step: its columns into the work rows, padded with zeros.
     GDN_INLINE void copy_in(int64_t g) const {
-        const StateColumns rows = work(g);
+        const StateLines rows = work(g);
         for (int n = 0; n < kTokenGroup; ++n) {
             float *row = column<0>(rows, n);
             const int64_t j = g * kTokenGroup + n;
-            if (n < columns(g) && from.base) copy_row(row, from.column(j), b.Sk);
+            if (n < columns(g) && from.base) copy_row(row, from.line(j), b.Sk);
             else std::memset(row, 0, sizeof(float) * b.Sk);
             std::memset(row + b.Sk, 0, sizeof(float) * (b.padded - b.Sk));  // zero times the zero pads of k, q
         }
@@ -170,8 +143,8 @@ struct GroupPlaces {
     // After a copied group's last step: its real columns back to the state.
     GDN_INLINE void copy_out(int64_t g) const {
         if (!to.base) return;
-        const StateColumns rows = work(g);
-        for (int n = 0; n < columns(g); ++n) copy_row(to.column(g * kTokenGroup + n), column<0>(rows, n), b.Sk);
+        const StateLines rows = work(g);
+        for (int n = 0; n < columns(g); ++n) copy_row(to.line(g * kTokenGroup + n), column<0>(rows, n), b.Sk);
     }
 };
 
@@ -181,13 +154,13 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
     StepOrder order{(b.Sv + kTokenGroup - 1) / kTokenGroup, b.tokens};
     Vec delta[kTokenGroup] = {};  // the previous step's deltas
     int64_t fin_g = -1, fin_t = 0;
-    StateColumns fin_src, fin_dst;
+    StateLines fin_src, fin_dst;
     for (;; order.advance()) {
         const bool starting = order.group < order.groups;  // a step to start (else only one to finish)
         if (!starting && fin_g < 0) break;
         const int64_t g = starting ? order.group : -1, t = starting ? order.t : 0;
         if (starting && t == 0 && places.copied(g)) places.copy_in(g);
-        const StateColumns start_src = g >= 0 ? places.src(g, t) : StateColumns{};
+        const StateLines start_src = g >= 0 ? places.src(g, t) : StateLines{};
         const char *ahead = g >= 0 ? places.next_pair_part<Stride>(g, t) : nullptr;
         Vec ck[kTokenGroup] = {}, cq[kTokenGroup] = {};
         const bool finishing = fin_g >= 0;
@@ -205,7 +178,7 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
             }
             if (b.snapshot[fin_t].base)
                 for (int n = 0; n < count; ++n)
-                    copy_row(b.snapshot[fin_t].column(fin_g * kTokenGroup + n), column<Stride>(fin_dst, n), b.Sk);
+                    copy_row(b.snapshot[fin_t].line(fin_g * kTokenGroup + n), column<Stride>(fin_dst, n), b.Sk);
             if (fin_t + 1 == b.tokens && places.copied(fin_g)) places.copy_out(fin_g);
         }
         if (g >= 0) {
@@ -223,7 +196,7 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
 
 }  // namespace
 
-GDN_VECTORIZED void token_block(const TokenBlock &b, StateColumns from, StateColumns to, float *scratch) {
+GDN_VECTORIZED void token_block(const TokenBlock &b, StateLines from, StateLines to, float *scratch) {
     const int64_t P = b.padded, row_bytes = P * int64_t(sizeof(float));
     float *zeros = scratch + kTokenGroupsInFlight * kTokenGroup * P;
     std::memset(zeros, 0, sizeof(float) * kTokenGroup * P);

@@ -19,17 +19,19 @@ namespace gdn::cpu {
 constexpr int64_t kTokenLanes = 8;
 inline int64_t padded_row(int64_t n) { return (n + kTokenLanes - 1) / kTokenLanes * kTokenLanes; }
 
-// Column j of a state in memory: base + j * stride bytes, Sk contiguous floats.
-struct StateColumns {
+// A state in memory as lines `stride` bytes apart: for token_block the columns of a key-major
+// state (line j = value channel j, Sk contiguous floats), for token_block_rows the rows of a
+// value-major one (line i = key channel i, Sv contiguous floats).
+struct StateLines {
     char *base = nullptr;  // nullptr: none (a zero source, or nothing to write)
     int64_t stride = 0;
-    float *column(int64_t j) const { return reinterpret_cast<float *>(base + j * stride); }
+    float *line(int64_t n) const { return reinterpret_cast<float *>(base + n * stride); }
 };
 
 // One block of tokens of one unit. Rows of k, q, the decay a (one gate repeated, or one per key
 // channel) and a o k, padded with zeros to `padded` floats; per token t < tokens: rows of v and
 // out (Sv floats; out may be nullptr: not written), beta, and snapshot[t]: where the state after
-// token t goes (base nullptr: nowhere).
+// token t goes (base nullptr: nowhere), in the layout of the kernel that runs the block.
 struct TokenBlock {
     int64_t Sk = 0, padded = 0, Sv = 0, tokens = 0;
     float scale = 1.0f;
@@ -37,7 +39,7 @@ struct TokenBlock {
     const float *beta = nullptr;                                                     // [tokens]
     const float *const *v = nullptr;
     float *const *out = nullptr;
-    const StateColumns *snapshot = nullptr;
+    const StateLines *snapshot = nullptr;
 };
 
 // Columns of the state that go through a block together (a group), and how many groups' columns
@@ -47,8 +49,16 @@ constexpr int64_t kTokenGroupsInFlight = 2;
 // Floats of token_block's scratch: the groups' columns between tokens, and a group of zero columns.
 inline int64_t token_block_scratch(int64_t padded) { return (kTokenGroupsInFlight + 1) * kTokenGroup * padded; }
 
-// Runs the block on every column: the state enters from `from` (base nullptr: zero) and leaves
-// to `to` (base nullptr: not kept). from and to may be the same.
-void token_block(const TokenBlock &block, StateColumns from, StateColumns to, float *scratch);
+// Runs the block on every column of a key-major state: the state enters from `from` (base
+// nullptr: zero) and leaves to `to` (base nullptr: not kept). from and to may be the same.
+void token_block(const TokenBlock &block, StateLines from, StateLines to, float *scratch);
+
+// The same on a value-major state (from, to and the snapshots are rows), with the same bits
+// (token_rows.cpp), in strips of up to kRowStrip value channels.
+constexpr int64_t kRowStrip = 2 * kTokenLanes;
+// Floats of token_block_rows's scratch: a strip's work rows, a strip of zeros, one of rows
+// nobody reads, and a strip-wide row of v.
+inline int64_t token_block_rows_scratch(int64_t padded) { return 3 * kRowStrip * padded + kRowStrip; }
+void token_block_rows(const TokenBlock &block, StateLines from, StateLines to, float *scratch);
 
 }  // namespace gdn::cpu

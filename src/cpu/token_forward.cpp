@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/tensor.h"
+#include "cpu/state_io.h"
 
 namespace gdn::cpu {
 
@@ -18,17 +19,29 @@ const float *row_f32(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
     return reinterpret_cast<const float *>(element_ptr(t, 0, i1, i2, i3));
 }
 
-// The columns of state (h, index) of a state tensor [Sk, Sv, Hv, *].
-StateColumns columns_of(const gdn_tensor &t, int64_t h, int64_t index) {
-    return {const_cast<char *>(element_ptr(t, 0, 0, h, index)), t.nb[1]};
+// State (h, index) of a state tensor [Sk, Sv, Hv, *] as the kernel of its layout reads it: a
+// key-major state's columns, a value-major state's rows.
+StateLines lines_of(const gdn_tensor &t, int64_t h, int64_t index) {
+    return {const_cast<char *>(element_ptr(t, 0, 0, h, index)), value_major(t) ? t.nb[0] : t.nb[1]};
+}
+
+// State (h, index) of t into `to`, lines of the other layout (rows: value-major), element by
+// element: only an initial state whose layout is not the kernel's comes here.
+void copy_across_layouts(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, StateLines to, bool rows) {
+    for (int64_t j = 0; j < d.Sv; ++j)
+        for (int64_t i = 0; i < d.Sk; ++i) {
+            const float x = *reinterpret_cast<const float *>(element_ptr(t, i, j, h, index));
+            if (rows) to.line(i)[j] = x;
+            else to.line(j)[i] = x;
+        }
 }
 
 }  // namespace
 
 void TokenForwardScratch::resize(const Dims &d) {
     const int64_t block = std::min(kTokensPerBlock, std::max<int64_t>(d.T, 1)), P = padded_row(d.Sk);
-    state.resize(d.T > kTokensPerBlock ? d.Sk * d.Sv : 0);
-    columns.resize(token_block_scratch(P));
+    state.resize(d.Sk * d.Sv);
+    columns.resize(std::max(token_block_scratch(P), token_block_rows_scratch(P)));
     k.resize(block * P);
     q.resize(block * P);
     decay.resize(block * P);
@@ -42,7 +55,7 @@ void TokenForwardScratch::resize(const Dims &d) {
 uint64_t TokenForwardScratch::bytes() const {
     return sizeof(float) * (state.size() + columns.size() + k.size() + q.size() + decay.size() + decayed_k.size() +
                             beta.size()) +
-           sizeof(void *) * (v.size() + out.size()) + sizeof(StateColumns) * snapshot.size();
+           sizeof(void *) * (v.size() + out.size()) + sizeof(StateLines) * snapshot.size();
 }
 
 void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w) {
@@ -55,7 +68,17 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
         std::memcpy(slot, row, sizeof(float) * Sk);
         std::fill(slot + Sk, slot + P, 0.0f);
     };
-    const StateColumns scratch{reinterpret_cast<char *>(w.state.data()), Sk * int64_t(sizeof(float))};
+    // The kernel of the layout the states are written in (else s0's): an s0 in the other layout
+    // is copied into the scratch state in the kernel's first.
+    const gdn_tensor *layout = a.states ? a.states : a.s0;
+    const bool rows = layout && value_major(*layout);
+    const auto kernel = rows ? token_block_rows : token_block;
+    const StateLines scratch{reinterpret_cast<char *>(w.state.data()), (rows ? d.Sv : Sk) * int64_t(sizeof(float))};
+    StateLines initial = a.s0 ? lines_of(*a.s0, h, b) : StateLines{};
+    if (a.s0 && value_major(*a.s0) != rows) {
+        copy_across_layouts(*a.s0, d, h, b, scratch, rows);
+        initial = scratch;
+    }
     TokenBlock blk;
     blk.Sk = Sk;
     blk.padded = P;
@@ -91,17 +114,17 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
             w.beta[n] = *row_f32(*a.beta, h, t, b);
             w.v[n] = row_f32(*a.v, h, t, b);
             if (a.out) w.out[n] = reinterpret_cast<float *>(element_ptr(*a.out, 0, h, t, b));
-            w.snapshot[n] = a.states && slot < d.K ? columns_of(*a.states, h, slot * d.B + b) : StateColumns{};
+            w.snapshot[n] = a.states && slot < d.K ? lines_of(*a.states, h, slot * d.B + b) : StateLines{};
         }
         // The state enters from s0 (or zero) and leaves to the scratch between blocks; the final
         // state is snapshot slot 0, which the last token writes in place of a copy.
-        const StateColumns from = t0 > 0 ? scratch : (a.s0 ? columns_of(*a.s0, h, b) : StateColumns{});
-        StateColumns to = scratch;
+        const StateLines from = t0 > 0 ? scratch : initial;
+        StateLines to = scratch;
         if (t1 == d.T) {
             to = w.snapshot[blk.tokens - 1];  // base nullptr when no slot is asked for
             w.snapshot[blk.tokens - 1] = {};
         }
-        token_block(blk, from, to, w.columns.data());
+        kernel(blk, from, to, w.columns.data());
     }
 }
 

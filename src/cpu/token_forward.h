@@ -19,7 +19,7 @@ struct TokenForwardScratch {
     std::vector<float> beta;
     std::vector<const float *> v;
     std::vector<float *> out;
-    std::vector<StateColumns> snapshot;
+    std::vector<StateLines> snapshot;
     void resize(const Dims &d);
     uint64_t bytes() const;
 };

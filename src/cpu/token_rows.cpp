@@ -1,0 +1,189 @@
+// token_block_rows: the per-token recurrence on a value-major state (row i = key channel i, the
+// Sv value channels contiguous), with the bits of token_block on the key-major one.
+//
+// token_block's dot products over the key index (c_j . (a o k) and c_j . q for column j) keep
+// kTokenLanes partial sums, lane l adding the products of keys l, l + 8, l + 16, ... in that
+// order, then add the eight lanes in a fixed tree. Here the same partial sums are vectors across
+// value channels: class[l] holds lane l's sum for every column of a strip, row i goes into class
+// i % 8, and the tree adds the eight classes element-wise; every product, sum and update is the
+// same float operation on the same operands in the same order, so both layouts give the same
+// bits (and every clone the same bits as token_block's same clone).
+//
+// The state goes through in strips of W = 8 or 16 value channels (all Sk rows of W floats):
+//   first pass:  the strip's deltas (its rows only read);
+//   second pass: the update, written, and the output's sums; with another token in the block,
+//                also the next token's dot products (the first pass of the next token needs
+//                exactly the updated rows this pass holds in registers).
+// T = 1 (decoding): W = 16, one cache line per row, read from the state and written back in
+// place; while a strip's second pass runs, the next strip's lines are asked for. T > 1: W = 8
+// (two sets of eight class accumulators stay in registers), the strip kept in work rows between
+// tokens, so each token after the first is one pass over a strip in L1.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/token_block.h"
+#include "cpu/token_vec.h"
+#include "cpu/vectorized.h"
+
+namespace gdn::cpu {
+
+namespace {
+
+using namespace token_vec;
+
+constexpr int kClasses = kTokenLanes;
+
+#define GDN_INLINE_LAMBDA __attribute__((always_inline))
+
+// The eight partial sums of token_block's lanes, in its tree: ((l0 + l1) + (l2 + l3)) + ((l4 +
+// l5) + (l6 + l7)).
+GDN_INLINE Vec class_sum(const Vec *c) { return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7])); }
+
+// The rows of a strip: row i < Sk at base + i * stride bytes, the padded rows Sk .. P - 1 at
+// pad (W floats apart): the next rows of the work rows, or zeros (a state in memory read), or
+// rows nobody reads (written to one).
+template <int V>
+struct Strip {
+    static constexpr int64_t W = V * kTokenLanes;
+    char *base;
+    int64_t stride;
+    float *pad;
+    GDN_INLINE float *row(int64_t i, int64_t Sk) const {
+        return i < Sk ? reinterpret_cast<float *>(base + i * stride) : pad + (i - Sk) * W;
+    }
+};
+
+// Calls body(i, row_of) for every padded row i in classes of eight: the rows below Sk through
+// the strips' base, the last class (which holds the padded rows, if any) through row().
+template <class Body>
+GDN_INLINE void for_rows(int64_t Sk, int64_t P, Body body) {
+    const int64_t whole = Sk / kClasses * kClasses;
+    for (int64_t i0 = 0; i0 < whole; i0 += kClasses)
+        for (int l = 0; l < kClasses; ++l) body(i0 + l, l, std::false_type{});
+    for (int64_t i0 = whole; i0 < P; i0 += kClasses)
+        for (int l = 0; l < kClasses; ++l) body(i0 + l, l, std::true_type{});
+}
+
+template <int V, class Padded>
+GDN_INLINE float *row_of(const Strip<V> &s, int64_t i, int64_t Sk, Padded) {
+    if constexpr (Padded::value) return s.row(i, Sk);
+    return reinterpret_cast<float *>(s.base + i * s.stride);
+}
+
+// First pass of token t: ck[l] += row_i * (a o k)_i for the rows i of class l.
+template <int V>
+GDN_INLINE void strip_dots(const TokenBlock &b, int64_t t, const Strip<V> &src, Vec (&ck)[kClasses][V]) {
+    const float *ak = b.decayed_k + t * b.padded;
+    for_rows(b.Sk, b.padded, [&](int64_t i, int l, auto padded) GDN_INLINE_LAMBDA {
+        const float *row = row_of(src, i, b.Sk, padded);
+        const Vec akv = splat(ak[i]);
+        for (int v = 0; v < V; ++v) ck[l][v] += load(row + v * kTokenLanes) * akv;
+    });
+}
+
+// Second pass of token t: row_i = a_i row_i + delta k_i (src to dst), cq[l] += row_i q_i; with
+// Next, also the first pass of token t + 1 on the new rows. ahead (nullptr: none): rows of the
+// next strip, asked for into L2 a line per row.
+template <int V, bool Next>
+GDN_INLINE void strip_update(const TokenBlock &b, int64_t t, const Strip<V> &src, const Strip<V> &dst,
+                             const Vec (&delta)[V], Vec (&cq)[kClasses][V], Vec (&ck)[kClasses][V],
+                             const Strip<V> *ahead) {
+    const int64_t P = b.padded;
+    const float *k = b.k + t * P, *q = b.q + t * P, *a = b.decay + t * P;
+    const float *ak = Next ? b.decayed_k + (t + 1) * P : nullptr;
+    for_rows(b.Sk, P, [&](int64_t i, int l, auto padded) GDN_INLINE_LAMBDA {
+        if (ahead && i < b.Sk) __builtin_prefetch(ahead->row(i, b.Sk), 0, 2);
+        const float *from = row_of(src, i, b.Sk, padded);
+        float *to = row_of(dst, i, b.Sk, padded);
+        const Vec av = splat(a[i]), kv = splat(k[i]), qv = splat(q[i]);
+        for (int v = 0; v < V; ++v) {
+            const Vec updated = load(from + v * kTokenLanes) * av + delta[v] * kv;
+            store(to + v * kTokenLanes, updated);
+            cq[l][v] += updated * qv;
+            if constexpr (Next) ck[l][v] += updated * splat(ak[i]);
+        }
+    });
+}
+
+// The block on one strip of `columns` <= W value channels from column j0. Where the strip is
+// whole and the state is in memory (from / to), its rows are read and written there; else in
+// the work rows (copied in, padded with zero columns, and out).
+template <int V>
+GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, int64_t j0, float *scratch) {
+    constexpr int64_t W = Strip<V>::W;
+    const int64_t Sk = b.Sk, P = b.padded, columns = std::min(W, b.Sv - j0);
+    float *work = scratch, *zeros = scratch + kRowStrip * P, *unread = zeros + kRowStrip * P;
+    float *v_row = unread + kRowStrip * P;
+    const Strip<V> work_rows{reinterpret_cast<char *>(work), W * int64_t(sizeof(float)), work + Sk * W};
+    const Strip<V> zero_rows{reinterpret_cast<char *>(zeros), W * int64_t(sizeof(float)), zeros};
+    auto memory = [&](StateLines m, float *pad) {
+        return Strip<V>{m.base + j0 * int64_t(sizeof(float)), m.stride, pad};
+    };
+    const bool whole = columns == W;
+    if (!whole) {  // the rows' real columns, zeros after them; the padded rows are zero
+        for (int64_t i = 0; i < P; ++i) {
+            float *row = work + i * W;
+            std::fill(row, row + W, 0.0f);
+            if (i < Sk && from.base) std::memcpy(row, from.line(i) + j0, sizeof(float) * columns);
+        }
+    } else {
+        std::fill(work + Sk * W, work + P * W, 0.0f);  // the padded rows, as token_block's zero pads
+    }
+    const Strip<V> first = !whole ? work_rows : from.base ? memory(from, zeros) : zero_rows;
+    const Strip<V> last = whole && to.base ? memory(to, unread) : work_rows;
+    // The next strip of the state in memory, asked for while this one is updated.
+    const Strip<V> next{from.base ? from.base + (j0 + W) * int64_t(sizeof(float)) : nullptr, from.stride, zeros};
+    const Strip<V> *ahead = from.base && j0 + 2 * W <= b.Sv ? &next : nullptr;
+
+    Vec ck[kClasses][V] = {}, delta[V];
+    strip_dots(b, 0, first, ck);
+    for (int64_t t = 0; t < b.tokens; ++t) {
+        const float *v = b.v[t] + j0;
+        if (!whole) {
+            std::fill(v_row, v_row + W, 0.0f);
+            std::memcpy(v_row, v, sizeof(float) * columns);
+            v = v_row;
+        }
+        Vec dots[V];
+        for (int n = 0; n < V; ++n) {
+            Vec classes[kClasses];
+            for (int l = 0; l < kClasses; ++l) classes[l] = ck[l][n];
+            dots[n] = class_sum(classes);
+            delta[n] = splat(b.beta[t]) * (load(v + n * kTokenLanes) - dots[n]);
+        }
+        const Strip<V> &src = t == 0 ? first : work_rows, &dst = t + 1 == b.tokens ? last : work_rows;
+        Vec cq[kClasses][V] = {};
+        for (auto &c : ck)
+            for (Vec &x : c) x = Vec{};
+        if (t + 1 < b.tokens) strip_update<V, true>(b, t, src, dst, delta, cq, ck, t == 0 ? ahead : nullptr);
+        else strip_update<V, false>(b, t, src, dst, delta, cq, ck, t == 0 ? ahead : nullptr);
+        if (b.out) {
+            float sums[W];
+            for (int n = 0; n < V; ++n) {
+                Vec classes[kClasses];
+                for (int l = 0; l < kClasses; ++l) classes[l] = cq[l][n];
+                store(sums + n * kTokenLanes, splat(b.scale) * class_sum(classes));
+            }
+            std::memcpy(b.out[t] + j0, sums, sizeof(float) * columns);
+        }
+        if (b.snapshot[t].base)
+            for (int64_t i = 0; i < Sk; ++i)
+                copy_row(b.snapshot[t].line(i) + j0, dst.row(i, Sk), columns);
+    }
+    if (!whole && to.base)
+        for (int64_t i = 0; i < Sk; ++i) std::memcpy(to.line(i) + j0, work + i * W, sizeof(float) * columns);
+}
+
+}  // namespace
+
+GDN_VECTORIZED void token_block_rows(const TokenBlock &b, StateLines from, StateLines to, float *scratch) {
+    std::fill(scratch + kRowStrip * b.padded, scratch + 2 * kRowStrip * b.padded, 0.0f);  // the zero rows
+    if (b.tokens == 1) {
+        for (int64_t j0 = 0; j0 < b.Sv; j0 += 2 * kTokenLanes) run_strip<2>(b, from, to, j0, scratch);
+    } else {
+        for (int64_t j0 = 0; j0 < b.Sv; j0 += kTokenLanes) run_strip<1>(b, from, to, j0, scratch);
+    }
+}
+
+}  // namespace gdn::cpu

@@ -1,0 +1,233 @@
+// The cpu backend on value-major states (nb[1] = 4: PyTorch's [..., K, V]) against key-major
+// ones (nb[0] = 4: ggml's): the same bits for every output, forward and backward, chunked and
+// per-token, GDA and KDA, Sk != Sv and head sizes off the kernels' widths, in place (states ==
+// s0), with the layouts mixed inside one call, and for 1, 2 and 3 threads.
+//
+// The backend is called directly with validated arguments whose state tensors are then swapped
+// for value-major copies (the backend reads the layout from the strides).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/validate.h"
+
+namespace {
+
+using namespace gdn;
+
+enum class Layout { KeyMajor, ValueMajor };
+
+void fill(std::vector<float> &v, float lo, float hi, unsigned seed) {
+    for (float &x : v) {
+        seed = seed * 1664525u + 1013904223u;
+        x = lo + (hi - lo) * static_cast<float>(seed >> 8) / static_cast<float>(1u << 24);
+    }
+}
+
+gdn_tensor contiguous(std::vector<float> &v, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
+    v.resize(static_cast<size_t>(n0 * n1 * n2 * n3));
+    const int64_t f = sizeof(float);
+    return {v.data(), GDN_TYPE_F32, {n0, n1, n2, n3}, {f, n0 * f, n0 * n1 * f, n0 * n1 * n2 * f}};
+}
+
+// States [Sk, Sv, Hv, n] in one layout, element (i, j, h, s) read and written by its logical index.
+struct StateBuffer {
+    std::vector<float> data;
+    gdn_tensor t{};
+
+    StateBuffer(Layout layout, int64_t Sk, int64_t Sv, int64_t Hv, int64_t n) {
+        t = contiguous(data, Sk, Sv, Hv, n);
+        if (layout == Layout::ValueMajor) {
+            t.nb[1] = sizeof(float);
+            t.nb[0] = Sv * t.nb[1];
+        }
+    }
+    float &at(int64_t i, int64_t j, int64_t h, int64_t s) {
+        return *reinterpret_cast<float *>(static_cast<char *>(t.data) + i * t.nb[0] + j * t.nb[1] + h * t.nb[2] +
+                                          s * t.nb[3]);
+    }
+    // The elements in logical (key-major) order.
+    std::vector<float> logical() {
+        std::vector<float> out;
+        for (int64_t s = 0; s < t.ne[3]; ++s)
+            for (int64_t h = 0; h < t.ne[2]; ++h)
+                for (int64_t j = 0; j < t.ne[1]; ++j)
+                    for (int64_t i = 0; i < t.ne[0]; ++i) out.push_back(at(i, j, h, s));
+        return out;
+    }
+    void set_logical(const std::vector<float> &values) {
+        size_t n = 0;
+        for (int64_t s = 0; s < t.ne[3]; ++s)
+            for (int64_t h = 0; h < t.ne[2]; ++h)
+                for (int64_t j = 0; j < t.ne[1]; ++j)
+                    for (int64_t i = 0; i < t.ne[0]; ++i) at(i, j, h, s) = values[n++];
+    }
+};
+
+struct Shape {
+    int64_t Sk, Sv, Hk, Hv, T, B, K;
+    bool kda;
+    std::string label() const {
+        return "Sk=" + std::to_string(Sk) + " Sv=" + std::to_string(Sv) + " T=" + std::to_string(T) +
+               " B=" + std::to_string(B) + " K=" + std::to_string(K) + (kda ? " KDA" : " GDA");
+    }
+};
+
+// One call's inputs, filled once; every run below reads them.
+struct Inputs {
+    Shape s;
+    std::vector<float> q, k, v, g, beta, s0, d_out, d_states;
+    gdn_problem p{};
+
+    explicit Inputs(const Shape &shape) : s(shape) {
+        p.q = contiguous(q, s.Sk, s.Hk, s.T, s.B);
+        p.k = contiguous(k, s.Sk, s.Hk, s.T, s.B);
+        p.v = contiguous(v, s.Sv, s.Hv, s.T, s.B);
+        p.g = contiguous(g, s.kda ? s.Sk : 1, s.Hv, s.T, s.B);
+        p.beta = contiguous(beta, 1, s.Hv, s.T, s.B);
+        p.state = contiguous(s0, s.Sk, s.Sv, s.Hv, s.B);
+        contiguous(d_out, s.Sv, s.Hv, s.T, s.B);
+        contiguous(d_states, s.Sk, s.Sv, s.Hv, s.B * s.K);
+        fill(q, -0.3f, 0.3f, 1);
+        fill(k, -0.3f, 0.3f, 2);
+        fill(v, -1, 1, 3);
+        fill(g, -0.4f, -0.01f, 4);
+        fill(beta, 0, 1, 5);
+        fill(s0, -1, 1, 6);
+        fill(d_out, -1, 1, 7);
+        fill(d_states, -1, 1, 8);
+    }
+};
+
+std::unique_ptr<Backend> cpu_backend(int threads, int chunk) {
+    gdn_context_params params = gdn_context_default_params();
+    params.n_threads = threads;
+    params.chunk_size = chunk;
+    std::unique_ptr<Backend> backend;
+    EXPECT_TRUE(make_cpu_backend(params, backend).ok());
+    return backend;
+}
+
+// How a run lays out its state tensors: s0 and the written states (forward), or s0, d_states and
+// ds0 (backward); in_place: the forward writes its final states over s0.
+struct Layouts {
+    Layout s0, written, d_states = Layout::KeyMajor;
+    bool in_place = false;
+};
+
+// The forward's out and states (logical order), one vector after the other.
+std::vector<float> forward(const Inputs &in, Layouts layouts, int threads, int chunk) {
+    const Shape &s = in.s;
+    std::vector<float> out;
+    const gdn_tensor out_t = contiguous(out, s.Sv, s.Hv, s.T, s.B);
+    StateBuffer s0(layouts.s0, s.Sk, s.Sv, s.Hv, s.B), states(layouts.written, s.Sk, s.Sv, s.Hv, s.B * s.K);
+    s0.set_logical(in.s0);
+    std::fill(states.data.begin(), states.data.end(), -7.0f);
+    // Validated on key-major stand-ins of the same shapes; the backend then gets the real ones.
+    std::vector<float> stand_in;
+    const gdn_tensor states_km = contiguous(stand_in, s.Sk, s.Sv, s.Hv, s.B * s.K);
+    ForwardArgs args;
+    EXPECT_TRUE(validate_forward(&in.p, &out_t, &states_km, args).ok());
+    args.s0 = &s0.t;
+    args.states = layouts.in_place ? &s0.t : &states.t;
+    EXPECT_TRUE(cpu_backend(threads, chunk)->forward(args).ok());
+    std::vector<float> all = out, final_states = layouts.in_place ? s0.logical() : states.logical();
+    all.insert(all.end(), final_states.begin(), final_states.end());
+    return all;
+}
+
+// Every gradient (logical order), one after the other.
+std::vector<float> backward(const Inputs &in, Layouts layouts, int threads, int chunk) {
+    const Shape &s = in.s;
+    StateBuffer s0(layouts.s0, s.Sk, s.Sv, s.Hv, s.B), ds0(layouts.written, s.Sk, s.Sv, s.Hv, s.B);
+    StateBuffer d_states(layouts.d_states, s.Sk, s.Sv, s.Hv, s.B * s.K);
+    s0.set_logical(in.s0);
+    d_states.set_logical(in.d_states);
+    std::vector<float> dq, dk, dv, dg, dbeta, d_out = in.d_out, stand_in;
+    gdn_grads grads{};
+    grads.q = contiguous(dq, s.Sk, s.Hk, s.T, s.B);
+    grads.k = contiguous(dk, s.Sk, s.Hk, s.T, s.B);
+    grads.v = contiguous(dv, s.Sv, s.Hv, s.T, s.B);
+    grads.g = contiguous(dg, s.kda ? s.Sk : 1, s.Hv, s.T, s.B);
+    grads.beta = contiguous(dbeta, 1, s.Hv, s.T, s.B);
+    grads.state = contiguous(stand_in, s.Sk, s.Sv, s.Hv, s.B);
+    const gdn_tensor d_out_t = contiguous(d_out, s.Sv, s.Hv, s.T, s.B);
+    std::vector<float> d_states_stand_in;
+    const gdn_tensor d_states_km = contiguous(d_states_stand_in, s.Sk, s.Sv, s.Hv, s.B * s.K);
+    BackwardArgs args;
+    EXPECT_TRUE(validate_backward(&in.p, &d_out_t, &d_states_km, &grads, args).ok());
+    args.s0 = &s0.t;
+    args.d_states = &d_states.t;
+    args.ds0 = &ds0.t;
+    EXPECT_TRUE(cpu_backend(threads, chunk)->backward(args).ok());
+    std::vector<float> all;
+    for (const std::vector<float> *g : {&dq, &dk, &dv, &dg, &dbeta}) all.insert(all.end(), g->begin(), g->end());
+    const std::vector<float> d = ds0.logical();
+    all.insert(all.end(), d.begin(), d.end());
+    return all;
+}
+
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Head sizes: the model's 128; Sk != Sv both ways, with a partial value strip (Sv = 40, 20) and
+// padded key rows (Sk = 20, 13); tiny heads.
+std::vector<Shape> shapes(int64_t T) {
+    std::vector<Shape> out;
+    for (bool kda : {false, true}) {
+        out.push_back({128, 128, 2, 4, T, 1, 1, kda});
+        out.push_back({32, 40, 1, 2, T, 2, 1, kda});
+        out.push_back({20, 64, 1, 2, T, 1, 2, kda});
+        out.push_back({13, 20, 2, 2, T, 1, 1, kda});
+        out.push_back({1, 3, 1, 1, T, 1, 1, kda});
+    }
+    return out;
+}
+
+const int64_t kTokenCounts[] = {1, 2, 4, 16, 17, 100};
+
+TEST(CpuStateLayouts, ForwardSameBitsInEveryLayoutInPlaceAndMixed) {
+    for (int64_t T : kTokenCounts)
+        for (const Shape &s : shapes(T))
+            for (int chunk : {0, 1, 16}) {
+                SCOPED_TRACE(s.label() + " chunk_size=" + std::to_string(chunk));
+                const Inputs in(s);
+                const std::vector<float> key_major = forward(in, {Layout::KeyMajor, Layout::KeyMajor}, 1, chunk);
+                EXPECT_TRUE(same_bits(key_major, forward(in, {Layout::ValueMajor, Layout::ValueMajor}, 1, chunk)));
+                EXPECT_TRUE(same_bits(key_major, forward(in, {Layout::ValueMajor, Layout::KeyMajor}, 1, chunk)));
+                EXPECT_TRUE(same_bits(key_major, forward(in, {Layout::KeyMajor, Layout::ValueMajor}, 1, chunk)));
+                if (s.K == 1) {
+                    for (Layout l : {Layout::KeyMajor, Layout::ValueMajor}) {
+                        Layouts in_place{l, l};
+                        in_place.in_place = true;
+                        EXPECT_TRUE(same_bits(key_major, forward(in, in_place, 1, chunk)));
+                    }
+                }
+                for (int threads : {2, 3})
+                    EXPECT_TRUE(same_bits(key_major, forward(in, {Layout::ValueMajor, Layout::ValueMajor}, threads, chunk)))
+                        << threads << " threads";
+            }
+}
+
+TEST(CpuStateLayouts, ChunkedBackwardSameBitsInEveryLayout) {
+    for (int64_t T : kTokenCounts)
+        for (const Shape &s : shapes(T))
+            for (int chunk : {0, 16}) {
+                SCOPED_TRACE(s.label() + " chunk_size=" + std::to_string(chunk));
+                const Inputs in(s);
+                const auto key_major = backward(in, {Layout::KeyMajor, Layout::KeyMajor, Layout::KeyMajor}, 1, chunk);
+                const auto V = Layout::ValueMajor, Km = Layout::KeyMajor;
+                EXPECT_TRUE(same_bits(key_major, backward(in, {V, V, V}, 1, chunk)));
+                EXPECT_TRUE(same_bits(key_major, backward(in, {V, Km, V}, 1, chunk)));
+                EXPECT_TRUE(same_bits(key_major, backward(in, {Km, V, Km}, 1, chunk)));
+                for (int threads : {2, 3})
+                    EXPECT_TRUE(same_bits(key_major, backward(in, {V, V, V}, threads, chunk))) << threads << " threads";
+            }
+}
+
+}  // namespace
