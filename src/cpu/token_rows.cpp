@@ -36,6 +36,12 @@ constexpr int kClasses = kTokenLanes;
 
 #define GDN_INLINE_LAMBDA __attribute__((always_inline))
 
+// x in every lane, as one broadcast (GCC builds splat's initializer list lane by lane).
+GDN_INLINE Vec broadcast(float x) {
+    const Vec first{x};
+    return __builtin_shufflevector(first, first, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
 // The eight partial sums of token_block's lanes, in its tree: ((l0 + l1) + (l2 + l3)) + ((l4 +
 // l5) + (l6 + l7)).
 GDN_INLINE Vec class_sum(const Vec *c) { return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7])); }
@@ -59,10 +65,14 @@ struct Strip {
 template <class Body>
 GDN_INLINE void for_rows(int64_t Sk, int64_t P, Body body) {
     const int64_t whole = Sk / kClasses * kClasses;
-    for (int64_t i0 = 0; i0 < whole; i0 += kClasses)
+    for (int64_t i0 = 0; i0 < whole; i0 += kClasses) {
+#pragma GCC unroll 8
         for (int l = 0; l < kClasses; ++l) body(i0 + l, l, std::false_type{});
-    for (int64_t i0 = whole; i0 < P; i0 += kClasses)
+    }
+    for (int64_t i0 = whole; i0 < P; i0 += kClasses) {
+#pragma GCC unroll 8
         for (int l = 0; l < kClasses; ++l) body(i0 + l, l, std::true_type{});
+    }
 }
 
 template <int V, class Padded>
@@ -77,7 +87,7 @@ GDN_INLINE void strip_dots(const TokenBlock &b, int64_t t, const Strip<V> &src, 
     const float *ak = b.decayed_k + t * b.padded;
     for_rows(b.Sk, b.padded, [&](int64_t i, int l, auto padded) GDN_INLINE_LAMBDA {
         const float *row = row_of(src, i, b.Sk, padded);
-        const Vec akv = splat(ak[i]);
+        const Vec akv = broadcast(ak[i]);
         for (int v = 0; v < V; ++v) ck[l][v] += load(row + v * kTokenLanes) * akv;
     });
 }
@@ -96,12 +106,12 @@ GDN_INLINE void strip_update(const TokenBlock &b, int64_t t, const Strip<V> &src
         if (ahead && i < b.Sk) __builtin_prefetch(ahead->row(i, b.Sk), 0, 2);
         const float *from = row_of(src, i, b.Sk, padded);
         float *to = row_of(dst, i, b.Sk, padded);
-        const Vec av = splat(a[i]), kv = splat(k[i]), qv = splat(q[i]);
+        const Vec av = broadcast(a[i]), kv = broadcast(k[i]), qv = broadcast(q[i]);
         for (int v = 0; v < V; ++v) {
             const Vec updated = load(from + v * kTokenLanes) * av + delta[v] * kv;
             store(to + v * kTokenLanes, updated);
             cq[l][v] += updated * qv;
-            if constexpr (Next) ck[l][v] += updated * splat(ak[i]);
+            if constexpr (Next) ck[l][v] += updated * broadcast(ak[i]);
         }
     });
 }
@@ -150,7 +160,7 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
             Vec classes[kClasses];
             for (int l = 0; l < kClasses; ++l) classes[l] = ck[l][n];
             dots[n] = class_sum(classes);
-            delta[n] = splat(b.beta[t]) * (load(v + n * kTokenLanes) - dots[n]);
+            delta[n] = broadcast(b.beta[t]) * (load(v + n * kTokenLanes) - dots[n]);
         }
         const Strip<V> &src = t == 0 ? first : work_rows, &dst = t + 1 == b.tokens ? last : work_rows;
         Vec cq[kClasses][V] = {};
@@ -163,7 +173,7 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
             for (int n = 0; n < V; ++n) {
                 Vec classes[kClasses];
                 for (int l = 0; l < kClasses; ++l) classes[l] = cq[l][n];
-                store(sums + n * kTokenLanes, splat(b.scale) * class_sum(classes));
+                store(sums + n * kTokenLanes, broadcast(b.scale) * class_sum(classes));
             }
             std::memcpy(b.out[t] + j0, sums, sizeof(float) * columns);
         }
