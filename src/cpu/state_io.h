@@ -8,12 +8,13 @@
 #include <cstdint>
 
 #include "core/problem.h"
+#include "core/tensor.h"
 
 namespace gdn::cpu {
 
 // A state tensor whose key index is not the contiguous one: value-major (nb[1] = 4). With Sk =
 // 1 or Sv = 1 both strides may be 4, and then either reading is right.
-inline bool value_major(const gdn_tensor &t) { return t.nb[0] != int64_t(sizeof(float)); }
+inline bool value_major(const gdn_tensor &t) { return !keys_contiguous(t); }
 
 // Asks the caches for state (h, index) of t (nullptr: nothing), ahead of a load_state.
 void prefetch_state(const gdn_tensor *t, const Dims &d, int64_t h, int64_t index);

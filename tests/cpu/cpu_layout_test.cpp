@@ -2,22 +2,15 @@
 // ones (nb[0] = 4: ggml's): the same bits for every output, forward and backward, chunked and
 // per-token, GDA and KDA, Sk != Sv and head sizes off the kernels' widths, in place (states ==
 // s0), with the layouts mixed inside one call, and for 1, 2 and 3 threads.
-//
-// The backend is called directly with validated arguments whose state tensors are then swapped
-// for value-major copies (the backend reads the layout from the strides).
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/validate.h"
+#include "gdn/gdn.h"
 
 namespace {
-
-using namespace gdn;
 
 enum class Layout { KeyMajor, ValueMajor };
 
@@ -103,14 +96,16 @@ struct Inputs {
     }
 };
 
-std::unique_ptr<Backend> cpu_backend(int threads, int chunk) {
-    gdn_context_params params = gdn_context_default_params();
-    params.n_threads = threads;
-    params.chunk_size = chunk;
-    std::unique_ptr<Backend> backend;
-    EXPECT_TRUE(make_cpu_backend(params, backend).ok());
-    return backend;
-}
+struct CpuContext {
+    gdn_context *ctx = nullptr;
+    CpuContext(int threads, int chunk) {
+        gdn_context_params params = gdn_context_default_params();
+        params.n_threads = threads;
+        params.chunk_size = chunk;
+        EXPECT_EQ(gdn_context_create("cpu", &params, &ctx), GDN_OK);
+    }
+    ~CpuContext() { gdn_context_free(ctx); }
+};
 
 // How a run lays out its state tensors: s0 and the written states (forward), or s0, d_states and
 // ds0 (backward); in_place: the forward writes its final states over s0.
@@ -127,14 +122,11 @@ std::vector<float> forward(const Inputs &in, Layouts layouts, int threads, int c
     StateBuffer s0(layouts.s0, s.Sk, s.Sv, s.Hv, s.B), states(layouts.written, s.Sk, s.Sv, s.Hv, s.B * s.K);
     s0.set_logical(in.s0);
     std::fill(states.data.begin(), states.data.end(), -7.0f);
-    // Validated on key-major stand-ins of the same shapes; the backend then gets the real ones.
-    std::vector<float> stand_in;
-    const gdn_tensor states_km = contiguous(stand_in, s.Sk, s.Sv, s.Hv, s.B * s.K);
-    ForwardArgs args;
-    EXPECT_TRUE(validate_forward(&in.p, &out_t, &states_km, args).ok());
-    args.s0 = &s0.t;
-    args.states = layouts.in_place ? &s0.t : &states.t;
-    EXPECT_TRUE(cpu_backend(threads, chunk)->forward(args).ok());
+    gdn_problem p = in.p;
+    p.state = s0.t;
+    CpuContext cpu(threads, chunk);
+    EXPECT_EQ(gdn_forward(cpu.ctx, &p, &out_t, layouts.in_place ? &p.state : &states.t), GDN_OK)
+        << gdn_last_error(cpu.ctx);
     std::vector<float> all = out, final_states = layouts.in_place ? s0.logical() : states.logical();
     all.insert(all.end(), final_states.begin(), final_states.end());
     return all;
@@ -147,23 +139,19 @@ std::vector<float> backward(const Inputs &in, Layouts layouts, int threads, int 
     StateBuffer d_states(layouts.d_states, s.Sk, s.Sv, s.Hv, s.B * s.K);
     s0.set_logical(in.s0);
     d_states.set_logical(in.d_states);
-    std::vector<float> dq, dk, dv, dg, dbeta, d_out = in.d_out, stand_in;
+    std::vector<float> dq, dk, dv, dg, dbeta, d_out = in.d_out;
     gdn_grads grads{};
     grads.q = contiguous(dq, s.Sk, s.Hk, s.T, s.B);
     grads.k = contiguous(dk, s.Sk, s.Hk, s.T, s.B);
     grads.v = contiguous(dv, s.Sv, s.Hv, s.T, s.B);
     grads.g = contiguous(dg, s.kda ? s.Sk : 1, s.Hv, s.T, s.B);
     grads.beta = contiguous(dbeta, 1, s.Hv, s.T, s.B);
-    grads.state = contiguous(stand_in, s.Sk, s.Sv, s.Hv, s.B);
+    grads.state = ds0.t;
     const gdn_tensor d_out_t = contiguous(d_out, s.Sv, s.Hv, s.T, s.B);
-    std::vector<float> d_states_stand_in;
-    const gdn_tensor d_states_km = contiguous(d_states_stand_in, s.Sk, s.Sv, s.Hv, s.B * s.K);
-    BackwardArgs args;
-    EXPECT_TRUE(validate_backward(&in.p, &d_out_t, &d_states_km, &grads, args).ok());
-    args.s0 = &s0.t;
-    args.d_states = &d_states.t;
-    args.ds0 = &ds0.t;
-    EXPECT_TRUE(cpu_backend(threads, chunk)->backward(args).ok());
+    gdn_problem p = in.p;
+    p.state = s0.t;
+    CpuContext cpu(threads, chunk);
+    EXPECT_EQ(gdn_backward(cpu.ctx, &p, &d_out_t, &d_states.t, &grads), GDN_OK) << gdn_last_error(cpu.ctx);
     std::vector<float> all;
     for (const std::vector<float> *g : {&dq, &dk, &dv, &dg, &dbeta}) all.insert(all.end(), g->begin(), g->end());
     const std::vector<float> d = ds0.logical();
@@ -214,10 +202,10 @@ TEST(CpuStateLayouts, ForwardSameBitsInEveryLayoutInPlaceAndMixed) {
             }
 }
 
-TEST(CpuStateLayouts, ChunkedBackwardSameBitsInEveryLayout) {
+TEST(CpuStateLayouts, BackwardSameBitsInEveryLayoutAndMixed) {
     for (int64_t T : kTokenCounts)
         for (const Shape &s : shapes(T))
-            for (int chunk : {0, 16}) {
+            for (int chunk : {0, 1, 16}) {
                 SCOPED_TRACE(s.label() + " chunk_size=" + std::to_string(chunk));
                 const Inputs in(s);
                 const auto key_major = backward(in, {Layout::KeyMajor, Layout::KeyMajor, Layout::KeyMajor}, 1, chunk);
