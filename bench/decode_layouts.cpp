@@ -1,9 +1,13 @@
-// decode_layouts: batched decoding on the cpu backend with the states key-major (ggml's layout)
-// or value-major (PyTorch's [..., K, V], the layout of serving frameworks' state pools), updated
-// in place. Per layout: the state bytes moved per second (each state read once and written
-// once) against memcpy's bandwidth at the same size and thread count (gdn-ops perf's %copy).
-// The layouts' runs alternate, so that both see the same load on a shared host; the median and
-// range over the rounds are printed.
+// decode_layouts: batched decoding on the cpu backend, each state updated in place, with the
+// states
+//   key-major    [Sk, Sv, Hv, B] with nb[0] = 4 (ggml's layout),
+//   value-major  the same with nb[1] = 4 (PyTorch's [B, Hv, K, V]),
+//   pool         value-major slots of a pool of 2B, named by state_indices (a serving
+//                framework's state pool; the library runs one call per sequence).
+// Per configuration: the state bytes moved per second (each state read once and written once)
+// against memcpy's bandwidth at the same size and thread count, measured just before (gdn-ops
+// perf's %copy). The configurations' runs alternate, so that all see the same load on a shared
+// host; the median and range over the rounds are printed.
 //
 //   decode_layouts [--threads N] [--batch B] [--tokens T] [--rounds R] [--calls C] [--kda]
 //
@@ -12,18 +16,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/validate.h"
+#include "gdn/gdn.h"
 #include "peak.h"
 
 namespace {
-
-using namespace gdn;
 
 struct Options {
     int threads = 2, rounds = 7, calls = 40;
@@ -44,6 +43,14 @@ gdn_tensor contiguous(std::vector<float> &v, int64_t n0, int64_t n1, int64_t n2,
     return {v.data(), GDN_TYPE_F32, {n0, n1, n2, n3}, {f, n0 * f, n0 * n1 * f, n0 * n1 * n2 * f}};
 }
 
+// [Sk, Sv, Hv, n] value-major: row i of state (h, s) is Sv contiguous floats.
+gdn_tensor value_major(std::vector<float> &v, int64_t Sk, int64_t Sv, int64_t Hv, int64_t n) {
+    gdn_tensor t = contiguous(v, Sk, Sv, Hv, n);
+    t.nb[1] = sizeof(float);
+    t.nb[0] = Sv * t.nb[1];
+    return t;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -51,62 +58,66 @@ double median(std::vector<double> v) {
 
 int run(const Options &o) {
     constexpr int64_t Sk = 128, Sv = 128, Hk = 16, Hv = 48;
-    const int64_t T = o.tokens, B = o.batch;
-    std::vector<float> q, k, v, g, beta, out, key_major, value_major;
+    const int64_t T = o.tokens, B = o.batch, slots = 2 * B;
+    std::vector<float> q, k, v, g, beta, out, key_major, value_rows, pool;
     gdn_problem p{};
     p.q = contiguous(q, Sk, Hk, T, B);
     p.k = contiguous(k, Sk, Hk, T, B);
     p.v = contiguous(v, Sv, Hv, T, B);
     p.g = contiguous(g, o.kda ? Sk : 1, Hv, T, B);
     p.beta = contiguous(beta, 1, Hv, T, B);
-    p.state = contiguous(key_major, Sk, Sv, Hv, B);
     const gdn_tensor out_t = contiguous(out, Sv, Hv, T, B);
     fill(q, -0.3f, 0.3f, 1);
     fill(k, -0.3f, 0.3f, 2);
     fill(v, -1, 1, 3);
     fill(g, -0.2f, -0.01f, 4);
     fill(beta, 0, 1, 5);
-    fill(key_major, -1, 1, 6);
-    gdn_tensor vm = contiguous(value_major, Sk, Sv, Hv, B);
-    vm.nb[1] = sizeof(float);
-    vm.nb[0] = Sv * vm.nb[1];
-    value_major = key_major;  // values do not matter for timing; both stay bounded (|decay| < 1)
+    // The pool's sequences take every other slot, last first (as a serving batch names them).
+    std::vector<int32_t> indices(static_cast<size_t>(B));
+    for (int64_t n = 0; n < B; ++n) indices[static_cast<size_t>(n)] = static_cast<int32_t>(slots - 2 - 2 * n);
+    const gdn_tensor indices_t{indices.data(), GDN_TYPE_I32, {B, 1, 1, 1}, {4, 4 * B, 4 * B, 4 * B}};
+    struct Config {
+        const char *name;
+        gdn_tensor state, state_indices;
+    };
+    Config configs[] = {{"key-major", contiguous(key_major, Sk, Sv, Hv, B), {}},
+                        {"value-major", value_major(value_rows, Sk, Sv, Hv, B), {}},
+                        {"pool", value_major(pool, Sk, Sv, Hv, slots), indices_t}};
+    for (std::vector<float> *s : {&key_major, &value_rows, &pool}) fill(*s, -1, 1, 6);
 
-    ForwardArgs args;
-    const Status valid = validate_forward(&p, &out_t, &p.state, args);
-    if (!valid.ok()) return std::fprintf(stderr, "%s\n", valid.message.c_str()), 1;
     gdn_context_params params = gdn_context_default_params();
     params.n_threads = o.threads;
-    std::unique_ptr<Backend> cpu;
-    if (!make_cpu_backend(params, cpu).ok()) return std::fprintf(stderr, "no cpu backend\n"), 1;
-
-    const gdn_tensor *layouts[2] = {&p.state, &vm};
-    const char *names[2] = {"key-major", "value-major"};
+    gdn_context *ctx = nullptr;
+    if (gdn_context_create("cpu", &params, &ctx) != GDN_OK) return std::fprintf(stderr, "no cpu context\n"), 1;
     const double state_bytes = 2.0 * sizeof(float) * Sk * Sv * Hv * B;  // read and written
-    std::vector<double> gbps[2], percent[2];
+    constexpr int n_configs = sizeof configs / sizeof configs[0];
+    std::vector<double> gbps[n_configs], percent[n_configs];
     for (int round = 0; round < o.rounds; ++round)
-        for (int l = 0; l < 2; ++l) {
-            const double copy = ops::measure_copy_gbps(o.threads, static_cast<int64_t>(state_bytes / 2), 0.05);
-            args.s0 = args.states = layouts[l];
-            (void)cpu->forward(args);  // warm-up
+        for (int c = 0; c < n_configs; ++c) {
+            const double copy = gdn::ops::measure_copy_gbps(o.threads, static_cast<int64_t>(state_bytes / 2), 0.05);
+            p.state = configs[c].state;
+            p.state_indices = configs[c].state_indices;
+            auto call = [&] { return gdn_forward(ctx, &p, &out_t, &p.state); };
+            if (call() != GDN_OK) return std::fprintf(stderr, "%s: %s\n", configs[c].name, gdn_last_error(ctx)), 1;
             std::vector<double> times;
-            for (int c = 0; c < o.calls; ++c) {
+            for (int i = 0; i < o.calls; ++i) {
                 const auto start = std::chrono::steady_clock::now();
-                (void)cpu->forward(args);
+                (void)call();
                 times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
             }
             const double rate = state_bytes / median(times) / 1e9;
-            gbps[l].push_back(rate);
-            percent[l].push_back(100.0 * rate / copy);
+            gbps[c].push_back(rate);
+            percent[c].push_back(100.0 * rate / copy);
         }
+    gdn_context_free(ctx);
     std::printf("Sk=Sv=128 Hk=16 Hv=48 T=%lld B=%lld %s, %d threads, in place; %d rounds of %d calls\n",
                 static_cast<long long>(T), static_cast<long long>(B), o.kda ? "KDA" : "GDA", o.threads, o.rounds,
                 o.calls);
-    for (int l = 0; l < 2; ++l) {
-        const auto [lo, hi] = std::minmax_element(gbps[l].begin(), gbps[l].end());
-        const auto [plo, phi] = std::minmax_element(percent[l].begin(), percent[l].end());
-        std::printf("  %-11s state_GB/s median %.1f (%.1f-%.1f)  %%copy median %.1f (%.1f-%.1f)\n", names[l],
-                    median(gbps[l]), *lo, *hi, median(percent[l]), *plo, *phi);
+    for (int c = 0; c < n_configs; ++c) {
+        const auto [lo, hi] = std::minmax_element(gbps[c].begin(), gbps[c].end());
+        const auto [plo, phi] = std::minmax_element(percent[c].begin(), percent[c].end());
+        std::printf("  %-11s state_GB/s median %.1f (%.1f-%.1f)  %%copy median %.1f (%.1f-%.1f)\n", configs[c].name,
+                    median(gbps[c]), *lo, *hi, median(percent[c]), *plo, *phi);
     }
     return 0;
 }
