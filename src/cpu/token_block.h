@@ -55,7 +55,7 @@ void token_block(const TokenBlock &block, StateLines from, StateLines to, float 
 
 // The same on a value-major state (from, to and the snapshots are rows), with the same bits
 // (token_rows.cpp), in strips of up to kRowStrip value channels.
-constexpr int64_t kRowStrip = 2 * kTokenLanes;
+constexpr int64_t kRowStrip = 32;
 // Floats of token_block_rows's scratch: a strip's work rows, a strip of zeros, one of rows
 // nobody reads, and a strip-wide row of v.
 inline int64_t token_block_rows_scratch(int64_t padded) { return 3 * kRowStrip * padded + kRowStrip; }

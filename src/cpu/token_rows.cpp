@@ -9,15 +9,21 @@
 // same float operation on the same operands in the same order, so both layouts give the same
 // bits (and every clone the same bits as token_block's same clone).
 //
-// The state goes through in strips of W = 8 or 16 value channels (all Sk rows of W floats):
+// The state goes through in strips of W value channels (all Sk rows of W floats):
 //   first pass:  the strip's deltas (its rows only read);
 //   second pass: the update, written, and the output's sums; with another token in the block,
 //                also the next token's dot products (the first pass of the next token needs
 //                exactly the updated rows this pass holds in registers).
-// T = 1 (decoding): W = 16, one cache line per row, read from the state and written back in
-// place; while a strip's second pass runs, the next strip's lines are asked for. T > 1: W = 8
-// (two sets of eight class accumulators stay in registers), the strip kept in work rows between
-// tokens, so each token after the first is one pass over a strip in L1.
+// T = 1 (decoding): W = 32, two cache lines per row, read from the state and written back in
+// place (16 class accumulators of 16 floats). T > 1: W = 16 (the two passes' 16 accumulators),
+// the strip kept in work rows between tokens, so each token after the first is one pass over a
+// strip in L1.
+//
+// Measured at the 27B shape, one thread, B = 1 (the state in L3; docs/PERF.md): 47 GB/s against
+// the key-major kernel's 55. Tried and dropped: vectors of 8 floats (35), the strip staged in
+// contiguous work rows by the first pass (no faster: the second pass is not waiting on its loads),
+// the state row by row with the class sums in L1 (32), the next strip's first pass fused into
+// this one's second (44), software prefetches of the next strip (no change, or slower).
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -33,25 +39,38 @@ namespace {
 using namespace token_vec;
 
 constexpr int kClasses = kTokenLanes;
+constexpr int64_t kWideLanes = 16;
+static_assert(2 * kWideLanes <= kRowStrip, "the scratch holds the widest strip");
 
 #define GDN_INLINE_LAMBDA __attribute__((always_inline))
 
-// x in every lane, as one broadcast (GCC builds splat's initializer list lane by lane).
-GDN_INLINE Vec broadcast(float x) {
-    const Vec first{x};
-    return __builtin_shufflevector(first, first, 0, 0, 0, 0, 0, 0, 0, 0);
+// The vectors across value channels: as wide as the widest registers (AVX-512; two AVX or four
+// SSE registers elsewhere). Their width is free: lanes here are value channels, each computed
+// on its own, while the key index's partial sums are the classes below.
+typedef float Wide __attribute__((vector_size(kWideLanes * sizeof(float))));
+
+GDN_INLINE Wide wload(const float *p) {
+    Wide v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+GDN_INLINE void wstore(float *p, Wide v) { std::memcpy(p, &v, sizeof v); }
+// x in every lane, as one broadcast (GCC builds an initializer list lane by lane).
+GDN_INLINE Wide broadcast(float x) {
+    const Wide first{x};
+    return __builtin_shufflevector(first, first, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 
 // The eight partial sums of token_block's lanes, in its tree: ((l0 + l1) + (l2 + l3)) + ((l4 +
 // l5) + (l6 + l7)).
-GDN_INLINE Vec class_sum(const Vec *c) { return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7])); }
+GDN_INLINE Wide class_sum(const Wide *c) { return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7])); }
 
 // The rows of a strip: row i < Sk at base + i * stride bytes, the padded rows Sk .. P - 1 at
 // pad (W floats apart): the next rows of the work rows, or zeros (a state in memory read), or
 // rows nobody reads (written to one).
 template <int V>
 struct Strip {
-    static constexpr int64_t W = V * kTokenLanes;
+    static constexpr int64_t W = V * kWideLanes;
     char *base;
     int64_t stride;
     float *pad;
@@ -83,37 +102,64 @@ GDN_INLINE float *row_of(const Strip<V> &s, int64_t i, int64_t Sk, Padded) {
 
 // First pass of token t: ck[l] += row_i * (a o k)_i for the rows i of class l.
 template <int V>
-GDN_INLINE void strip_dots(const TokenBlock &b, int64_t t, const Strip<V> &src, Vec (&ck)[kClasses][V]) {
+GDN_INLINE void strip_dots(const TokenBlock &b, int64_t t, const Strip<V> &src, Wide (&ck)[kClasses][V]) {
     const float *ak = b.decayed_k + t * b.padded;
     for_rows(b.Sk, b.padded, [&](int64_t i, int l, auto padded) GDN_INLINE_LAMBDA {
         const float *row = row_of(src, i, b.Sk, padded);
-        const Vec akv = broadcast(ak[i]);
-        for (int v = 0; v < V; ++v) ck[l][v] += load(row + v * kTokenLanes) * akv;
+        const Wide akv = broadcast(ak[i]);
+        for (int v = 0; v < V; ++v) ck[l][v] += wload(row + v * kWideLanes) * akv;
     });
 }
 
-// Second pass of token t: row_i = a_i row_i + delta k_i (src to dst), cq[l] += row_i q_i; with
-// Next, also the first pass of token t + 1 on the new rows. ahead (nullptr: none): rows of the
-// next strip, asked for into L2 a line per row.
-template <int V, bool Next>
+// What a second pass computes beside the update: nothing more, the first pass of token t + 1 on
+// the new rows, or the first pass of token t on the next strip (rows `next`).
+enum class Fused { None, NextToken, NextStrip };
+
+// Second pass of token t: row_i = a_i row_i + delta k_i (src to dst), cq[l] += row_i q_i, and
+// what F fuses in: ck[l] += row_i' (a o k)_i for row_i' of the next token or strip.
+template <int V, Fused F>
 GDN_INLINE void strip_update(const TokenBlock &b, int64_t t, const Strip<V> &src, const Strip<V> &dst,
-                             const Vec (&delta)[V], Vec (&cq)[kClasses][V], Vec (&ck)[kClasses][V],
-                             const Strip<V> *ahead) {
+                             const Wide (&delta)[V], Wide (&cq)[kClasses][V], Wide (&ck)[kClasses][V],
+                             const Strip<V> *next = nullptr) {
     const int64_t P = b.padded;
     const float *k = b.k + t * P, *q = b.q + t * P, *a = b.decay + t * P;
-    const float *ak = Next ? b.decayed_k + (t + 1) * P : nullptr;
+    const float *ak = b.decayed_k + (F == Fused::NextToken ? t + 1 : t) * P;
     for_rows(b.Sk, P, [&](int64_t i, int l, auto padded) GDN_INLINE_LAMBDA {
-        if (ahead && i < b.Sk) __builtin_prefetch(ahead->row(i, b.Sk), 0, 2);
         const float *from = row_of(src, i, b.Sk, padded);
         float *to = row_of(dst, i, b.Sk, padded);
-        const Vec av = broadcast(a[i]), kv = broadcast(k[i]), qv = broadcast(q[i]);
+        const float *beside = F == Fused::NextStrip ? row_of(*next, i, b.Sk, padded) : nullptr;
+        const Wide av = broadcast(a[i]), kv = broadcast(k[i]), qv = broadcast(q[i]);
         for (int v = 0; v < V; ++v) {
-            const Vec updated = load(from + v * kTokenLanes) * av + delta[v] * kv;
-            store(to + v * kTokenLanes, updated);
+            const Wide updated = wload(from + v * kWideLanes) * av + delta[v] * kv;
+            wstore(to + v * kWideLanes, updated);
             cq[l][v] += updated * qv;
-            if constexpr (Next) ck[l][v] += updated * broadcast(ak[i]);
+            if constexpr (F == Fused::NextToken) ck[l][v] += updated * broadcast(ak[i]);
+            if constexpr (F == Fused::NextStrip) ck[l][v] += wload(beside + v * kWideLanes) * broadcast(ak[i]);
         }
     });
+}
+
+// The deltas of token t from its first pass's sums: beta (v - c . (a o k)).
+template <int V>
+GDN_INLINE void strip_deltas(const TokenBlock &b, int64_t t, const float *v, const Wide (&ck)[kClasses][V],
+                             Wide (&delta)[V]) {
+    for (int n = 0; n < V; ++n) {
+        Wide classes[kClasses];
+        for (int l = 0; l < kClasses; ++l) classes[l] = ck[l][n];
+        delta[n] = broadcast(b.beta[t]) * (wload(v + n * kWideLanes) - class_sum(classes));
+    }
+}
+
+// out of token t for `columns` value channels from out_row: scale c . q from the sums.
+template <int V>
+GDN_INLINE void strip_out(const TokenBlock &b, const Wide (&cq)[kClasses][V], float *out_row, int64_t columns) {
+    float sums[V * kWideLanes];
+    for (int n = 0; n < V; ++n) {
+        Wide classes[kClasses];
+        for (int l = 0; l < kClasses; ++l) classes[l] = cq[l][n];
+        wstore(sums + n * kWideLanes, broadcast(b.scale) * class_sum(classes));
+    }
+    std::memcpy(out_row, sums, sizeof(float) * columns);
 }
 
 // The block on one strip of `columns` <= W value channels from column j0. Where the strip is
@@ -142,11 +188,8 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
     }
     const Strip<V> first = !whole ? work_rows : from.base ? memory(from, zeros) : zero_rows;
     const Strip<V> last = whole && to.base ? memory(to, unread) : work_rows;
-    // The next strip of the state in memory, asked for while this one is updated.
-    const Strip<V> next{from.base ? from.base + (j0 + W) * int64_t(sizeof(float)) : nullptr, from.stride, zeros};
-    const Strip<V> *ahead = from.base && j0 + 2 * W <= b.Sv ? &next : nullptr;
 
-    Vec ck[kClasses][V] = {}, delta[V];
+    Wide ck[kClasses][V] = {}, delta[V];
     strip_dots(b, 0, first, ck);
     for (int64_t t = 0; t < b.tokens; ++t) {
         const float *v = b.v[t] + j0;
@@ -155,28 +198,14 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
             std::memcpy(v_row, v, sizeof(float) * columns);
             v = v_row;
         }
-        Vec dots[V];
-        for (int n = 0; n < V; ++n) {
-            Vec classes[kClasses];
-            for (int l = 0; l < kClasses; ++l) classes[l] = ck[l][n];
-            dots[n] = class_sum(classes);
-            delta[n] = broadcast(b.beta[t]) * (load(v + n * kTokenLanes) - dots[n]);
-        }
+        strip_deltas(b, t, v, ck, delta);
         const Strip<V> &src = t == 0 ? first : work_rows, &dst = t + 1 == b.tokens ? last : work_rows;
-        Vec cq[kClasses][V] = {};
+        Wide cq[kClasses][V] = {};
         for (auto &c : ck)
-            for (Vec &x : c) x = Vec{};
-        if (t + 1 < b.tokens) strip_update<V, true>(b, t, src, dst, delta, cq, ck, t == 0 ? ahead : nullptr);
-        else strip_update<V, false>(b, t, src, dst, delta, cq, ck, t == 0 ? ahead : nullptr);
-        if (b.out) {
-            float sums[W];
-            for (int n = 0; n < V; ++n) {
-                Vec classes[kClasses];
-                for (int l = 0; l < kClasses; ++l) classes[l] = cq[l][n];
-                store(sums + n * kTokenLanes, broadcast(b.scale) * class_sum(classes));
-            }
-            std::memcpy(b.out[t] + j0, sums, sizeof(float) * columns);
-        }
+            for (Wide &x : c) x = Wide{};
+        if (t + 1 < b.tokens) strip_update<V, Fused::NextToken>(b, t, src, dst, delta, cq, ck);
+        else strip_update<V, Fused::None>(b, t, src, dst, delta, cq, ck);
+        if (b.out) strip_out(b, cq, b.out[t] + j0, columns);
         if (b.snapshot[t].base)
             for (int64_t i = 0; i < Sk; ++i)
                 copy_row(b.snapshot[t].line(i) + j0, dst.row(i, Sk), columns);
@@ -190,9 +219,9 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
 GDN_VECTORIZED void token_block_rows(const TokenBlock &b, StateLines from, StateLines to, float *scratch) {
     std::fill(scratch + kRowStrip * b.padded, scratch + 2 * kRowStrip * b.padded, 0.0f);  // the zero rows
     if (b.tokens == 1) {
-        for (int64_t j0 = 0; j0 < b.Sv; j0 += 2 * kTokenLanes) run_strip<2>(b, from, to, j0, scratch);
+        for (int64_t j0 = 0; j0 < b.Sv; j0 += 2 * kWideLanes) run_strip<2>(b, from, to, j0, scratch);
     } else {
-        for (int64_t j0 = 0; j0 < b.Sv; j0 += kTokenLanes) run_strip<1>(b, from, to, j0, scratch);
+        for (int64_t j0 = 0; j0 < b.Sv; j0 += kWideLanes) run_strip<1>(b, from, to, j0, scratch);
     }
 }
 
