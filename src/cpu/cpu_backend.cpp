@@ -317,12 +317,11 @@ private:
     // a per-item cost of loading and storing states and planning (about kItemOverheadTokens
     // tokens' work). The weights only balance the load; results do not depend on them.
     static constexpr int64_t kItemOverheadTokens = 8;
-    std::vector<int64_t> item_weights() const {
-        std::vector<int64_t> weights;
-        weights.reserve(items_.size());
+    const std::vector<int64_t> &item_weights() {
+        weights_.clear();
         for (const WorkItem &item : items_)
-            weights.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin));
-        return weights;
+            weights_.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin));
+        return weights_;
     }
 
     void prefetch_initial_states(const std::vector<const ForwardArgs *> &calls, const WorkItem &item) const {
@@ -384,6 +383,7 @@ private:
     std::deque<SequenceForward> forward_calls_;    // views of the packed sequences of the current call
     std::deque<SequenceBackward> backward_calls_;
     std::vector<WorkItem> items_;
+    std::vector<int64_t> weights_;  // item_weights(), kept between calls
     std::vector<size_t> plan_of_item_;
     std::vector<std::pair<size_t, int64_t>> plan_refs_;  // (call, group) of each plan
     std::vector<std::vector<int64_t>> plans_;

@@ -49,7 +49,7 @@ void ThreadPool::run_slice(int worker) {
     for (int64_t i = begin; i < end; ++i) (*fn_)(i, worker);
 }
 
-void ThreadPool::run(int64_t items, const std::function<void(int64_t, int)> &fn) {
+void ThreadPool::run(int64_t items, ItemFn fn) {
     if (threads_ == 1 || items <= 1) {
         for (int64_t i = 0; i < items; ++i) fn(i, 0);
         return;
@@ -71,18 +71,21 @@ void ThreadPool::run(int64_t items, const std::function<void(int64_t, int)> &fn)
     fn_ = nullptr;
 }
 
-void ThreadPool::run_weighted(const std::vector<int64_t> &weights, const std::function<void(int64_t, int)> &fn) {
+void ThreadPool::run_weighted(const std::vector<int64_t> &weights, ItemFn fn) {
     const int64_t items = static_cast<int64_t>(weights.size());
     if (threads_ == 1 || items <= 1) {
         for (int64_t i = 0; i < items; ++i) fn(i, 0);
         return;
     }
-    std::vector<int64_t> order(static_cast<size_t>(items));
-    for (int64_t i = 0; i < items; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+    order_.resize(static_cast<size_t>(items));
+    for (int64_t i = 0; i < items; ++i) order_[i] = i;
+    // Ties by index, as a stable sort would order them (std::stable_sort allocates a buffer).
+    std::sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) {
+        return weights[a] != weights[b] ? weights[a] > weights[b] : a < b;
+    });
     std::atomic<int64_t> next{0};
     run(threads_, [&](int64_t, int worker) {
-        for (int64_t taken; (taken = next.fetch_add(1, std::memory_order_relaxed)) < items;) fn(order[taken], worker);
+        for (int64_t taken; (taken = next.fetch_add(1, std::memory_order_relaxed)) < items;) fn(order_[taken], worker);
     });
 }
 

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -17,6 +17,21 @@ namespace gdn::cpu {
 
 // The static partition: worker w of n owns items [share_begin(items, w, n), share_begin(items, w + 1, n)).
 inline int64_t share_begin(int64_t items, int worker, int workers) { return items * worker / workers; }
+
+// What a pool runs for each item: a reference to the caller's callable fn(item, worker), which
+// must outlive the run (a lambda passed straight to run() does). Unlike std::function it never
+// allocates: decoding makes a call per token and layer, each a run or two.
+class ItemFn {
+public:
+    template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, ItemFn>>>
+    ItemFn(const F &f)  // NOLINT: converts from any callable, as std::function does
+        : object_(&f), call_([](const void *o, int64_t item, int worker) { (*static_cast<const F *>(o))(item, worker); }) {}
+    void operator()(int64_t item, int worker) const { call_(object_, item, worker); }
+
+private:
+    const void *object_;
+    void (*call_)(const void *, int64_t, int);
+};
 
 class ThreadPool {
 public:
@@ -31,14 +46,14 @@ public:
 
     // Calls fn(item, worker) for item in [0, items); returns when all are done. Worker w runs
     // items [w*items/size, (w+1)*items/size).
-    void run(int64_t items, const std::function<void(int64_t, int)> &fn);
+    void run(int64_t items, ItemFn fn);
 
     // Calls fn(item, worker) for item in [0, weights.size()): items in order of decreasing
     // weight (ties by index), each taken by the next free worker. Which worker runs an item
     // depends on timing; the weights need only rank the items' costs (longest first, then the
     // short ones fill the gaps: a batch of many short sequences and a few long ones balances
     // where a static split by estimated weight did not, measured in docs/PERF.md).
-    void run_weighted(const std::vector<int64_t> &weights, const std::function<void(int64_t, int)> &fn);
+    void run_weighted(const std::vector<int64_t> &weights, ItemFn fn);
 
 private:
     void stop_workers();
@@ -58,7 +73,8 @@ private:
     std::atomic<int> pending_{0};
     std::atomic<bool> stop_{false};
     int64_t items_ = 0;
-    const std::function<void(int64_t, int)> *fn_ = nullptr;
+    const ItemFn *fn_ = nullptr;
+    std::vector<int64_t> order_;  // run_weighted's items, heaviest first (kept: no allocation per call)
 };
 
 }  // namespace gdn::cpu
