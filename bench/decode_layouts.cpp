@@ -91,10 +91,10 @@ int run(const Options &o) {
     if (gdn_context_create("cpu", &params, &ctx) != GDN_OK) return std::fprintf(stderr, "no cpu context\n"), 1;
     const double state_bytes = 2.0 * sizeof(float) * Sk * Sv * Hv * B;  // read and written
     constexpr int n_configs = sizeof configs / sizeof configs[0];
-    std::vector<double> gbps[n_configs], percent[n_configs];
+    std::vector<double> gbps[n_configs], percent[n_configs], copies[n_configs];
     for (int round = 0; round < o.rounds; ++round)
         for (int c = 0; c < n_configs; ++c) {
-            const double copy = gdn::ops::measure_copy_gbps(o.threads, static_cast<int64_t>(state_bytes / 2), 0.05);
+            const double copy = gdn::ops::measure_copy_gbps(o.threads, static_cast<int64_t>(state_bytes / 2));
             p.state = configs[c].state;
             p.state_indices = configs[c].state_indices;
             auto call = [&] { return gdn_forward(ctx, &p, &out_t, &p.state); };
@@ -108,6 +108,7 @@ int run(const Options &o) {
             const double rate = state_bytes / median(times) / 1e9;
             gbps[c].push_back(rate);
             percent[c].push_back(100.0 * rate / copy);
+            copies[c].push_back(copy);
         }
     gdn_context_free(ctx);
     std::printf("Sk=Sv=128 Hk=16 Hv=48 T=%lld B=%lld %s, %d threads, in place; %d rounds of %d calls\n",
@@ -116,8 +117,11 @@ int run(const Options &o) {
     for (int c = 0; c < n_configs; ++c) {
         const auto [lo, hi] = std::minmax_element(gbps[c].begin(), gbps[c].end());
         const auto [plo, phi] = std::minmax_element(percent[c].begin(), percent[c].end());
-        std::printf("  %-11s state_GB/s median %.1f (%.1f-%.1f)  %%copy median %.1f (%.1f-%.1f)\n", configs[c].name,
-                    median(gbps[c]), *lo, *hi, median(percent[c]), *plo, *phi);
+        const auto [clo, chi] = std::minmax_element(copies[c].begin(), copies[c].end());
+        std::printf("  %-11s state_GB/s median %.1f (%.1f-%.1f)  copy_GB/s median %.1f (%.1f-%.1f)  %%copy median %.1f "
+                    "(%.1f-%.1f)\n",
+                    configs[c].name, median(gbps[c]), *lo, *hi, median(copies[c]), *clo, *chi, median(percent[c]), *plo,
+                    *phi);
     }
     return 0;
 }
