@@ -1,9 +1,12 @@
 // The cpu backend on value-major states (nb[1] = 4: PyTorch's [..., K, V]) against key-major
 // ones (nb[0] = 4: ggml's): the same bits for every output, forward and backward, chunked and
 // per-token, GDA and KDA, Sk != Sv and head sizes off the kernels' widths, in place (states ==
-// s0), with the layouts mixed inside one call, and for 1, 2 and 3 threads.
+// s0), with the layouts mixed inside one call, and for 1, 2 and 3 threads; and a value-major
+// pool (state_indices) updated in place, the same bits for every thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -216,6 +219,48 @@ TEST(CpuStateLayouts, BackwardSameBitsInEveryLayoutAndMixed) {
                 for (int threads : {2, 3})
                     EXPECT_TRUE(same_bits(key_major, backward(in, {V, V, V}, threads, chunk))) << threads << " threads";
             }
+}
+
+// A value-major pool updated in place (the serving case: one call per sequence inside), with a
+// padding entry (-1): the same bits for 1, 2 and 3 threads, decoding and a short prefill, and
+// slots no sequence names left as they were.
+TEST(CpuStateLayouts, PoolInPlaceSameBitsForEveryThreadCount) {
+    for (int64_t T : {1, 5}) {
+        const Shape s{64, 32, 2, 4, T, 4, 1, false};
+        SCOPED_TRACE(s.label());
+        const Inputs in(s);
+        const int64_t slots = 7;
+        std::vector<int32_t> indices = {5, -1, 0, 3};
+        std::vector<float> first_out;
+        std::vector<float> first_pool;
+        for (int threads : {1, 2, 3}) {
+            StateBuffer pool(Layout::ValueMajor, s.Sk, s.Sv, s.Hv, slots);
+            std::vector<float> values(pool.data.size());
+            fill(values, -1, 1, 9);
+            pool.set_logical(values);
+            std::vector<float> out;
+            const gdn_tensor out_t = contiguous(out, s.Sv, s.Hv, s.T, s.B);
+            gdn_problem p = in.p;
+            p.state = pool.t;
+            p.state_indices = {indices.data(), GDN_TYPE_I32, {s.B, 1, 1, 1}, {4, 4 * s.B, 4 * s.B, 4 * s.B}};
+            CpuContext cpu(threads, 0);
+            ASSERT_EQ(gdn_forward(cpu.ctx, &p, &out_t, &p.state), GDN_OK) << gdn_last_error(cpu.ctx);
+            const std::vector<float> after = pool.logical();
+            const int64_t area = s.Sk * s.Sv * s.Hv;
+            for (int64_t slot : {1, 2, 4, 6})  // named by no sequence
+                EXPECT_TRUE(std::equal(after.begin() + slot * area, after.begin() + (slot + 1) * area,
+                                       values.begin() + slot * area))
+                    << "slot " << slot;
+            EXPECT_FALSE(std::equal(after.begin() + 5 * area, after.begin() + 6 * area, values.begin() + 5 * area));
+            if (threads == 1) {
+                first_out = out;
+                first_pool = after;
+            } else {
+                EXPECT_TRUE(same_bits(first_out, out)) << threads << " threads";
+                EXPECT_TRUE(same_bits(first_pool, after)) << threads << " threads";
+            }
+        }
+    }
 }
 
 }  // namespace
