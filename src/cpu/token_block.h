@@ -2,9 +2,10 @@
 //
 // For decoding and short inputs the work is the state: Sk x Sv floats read and written per step,
 // against 4 Sk Sv FLOPs. So the loops run over groups of state columns (column j = value channel
-// j, contiguous over the key index in the state's memory layout), and each group goes through
-// every token of the block while it sits in L1: the state is read once and written once per
-// block, and each token is two passes over the columns (the first only reads them):
+// j, contiguous over the key index in a key-major state; token_block_rows below takes the rows of
+// a value-major one), and each group goes through every token of the block while it sits in L1:
+// the state is read once and written once per block, and each token is two passes over the
+// columns (the first only reads them):
 //   d_j = beta (v_j - c_j . (a o k));  c_j = a o c_j + d_j k;  o_j = scale c_j . q
 // (a = exp(g): one decay, or one per key channel). The same recurrence as src/math/token_step.h.
 // A group's columns share each load of k, q and a; the first pass of one group runs inside the

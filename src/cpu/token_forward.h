@@ -13,7 +13,8 @@
 namespace gdn::cpu {
 
 struct TokenForwardScratch {
-    std::vector<float> state;    // Sk x Sv as in memory: the state between blocks (T > one block)
+    std::vector<float> state;    // Sk x Sv in the kernel's layout: the state between blocks (T > one block),
+                                 // or an initial state in the other layout
     std::vector<float> columns;  // the block's columns in flight (token_block's scratch)
     std::vector<float> k, q, decay, decayed_k;  // the block's tokens: padded rows of k, q, a, a o k
     std::vector<float> beta;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -218,6 +219,27 @@ TEST(CpuStateLayouts, BackwardSameBitsInEveryLayoutAndMixed) {
                 EXPECT_TRUE(same_bits(key_major, backward(in, {Km, V, Km}, 1, chunk)));
                 for (int threads : {2, 3})
                     EXPECT_TRUE(same_bits(key_major, backward(in, {V, V, V}, threads, chunk))) << threads << " threads";
+            }
+}
+
+// Values that are not ordinary numbers take the same paths in both layouts: a -inf gate (a
+// decay of zero), a zero beta, a zero key row, an infinite value and a NaN in q, at head sizes
+// with padded key rows, per-token and chunked.
+TEST(CpuStateLayouts, SpecialValuesSameBitsInEveryLayout) {
+    for (int64_t T : {1, 3, 20})
+        for (bool kda : {false, true})
+            for (int chunk : {0, 1}) {
+                const Shape s{13, 20, 1, 2, T, 1, 1, kda};
+                SCOPED_TRACE(s.label() + " chunk_size=" + std::to_string(chunk));
+                Inputs in(s);
+                const int64_t t = T - 1;  // the planted token
+                in.g[static_cast<size_t>(t * s.Hv * (kda ? s.Sk : 1))] = -INFINITY;
+                in.beta[static_cast<size_t>(t * s.Hv + 1)] = 0.0f;
+                std::fill_n(in.k.begin() + t * s.Hk * s.Sk, s.Sk, 0.0f);
+                in.v[static_cast<size_t>(t * s.Hv * s.Sv + 3)] = INFINITY;
+                in.q[static_cast<size_t>(t * s.Hk * s.Sk + 2)] = NAN;
+                const auto key_major = forward(in, {Layout::KeyMajor, Layout::KeyMajor}, 1, chunk);
+                EXPECT_TRUE(same_bits(key_major, forward(in, {Layout::ValueMajor, Layout::ValueMajor}, 1, chunk)));
             }
 }
 
