@@ -52,7 +52,7 @@ Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(t->data);
     if (address % sizeof(float) != 0)
         return fail(GDN_ERROR_UNSUPPORTED, "%s.data = %p is not aligned to 4 bytes (the cuda backend reads whole floats)", name, t->data);
-    for (int d = 1; d < 4; ++d)
+    for (int d = 0; d < 4; ++d)
         if (t->nb[d] % static_cast<int64_t>(sizeof(float)) != 0)
             return fail(GDN_ERROR_UNSUPPORTED, "%s.nb[%d] = %" PRId64 " is not a multiple of 4 bytes (the cuda backend reads whole floats)",
                         name, d, t->nb[d]);
@@ -79,6 +79,7 @@ Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
                         t->data);
     }
     out.data = static_cast<float *>(t->data);
+    out.s0 = t->nb[0] / static_cast<int64_t>(sizeof(float));  // 1 but in value-major states
     out.s1 = t->nb[1] / static_cast<int64_t>(sizeof(float));
     out.s2 = t->nb[2] / static_cast<int64_t>(sizeof(float));
     out.s3 = t->nb[3] / static_cast<int64_t>(sizeof(float));
