@@ -68,6 +68,7 @@ struct TokenBackwardPlan {
     int slices = 1;             // column slices per (sequence, value head): blocks per unit
     int64_t partial_width = 0;  // floats per token in the partial rows: dq | dk | dg | dbeta
     Windows windows;            // of segments, walked last first
+    int64_t row_tokens = 0;     // partial rows per slice and unit: a window's tokens, or a packed group's
     size_t shared_bytes = 0;    // dynamic shared memory of the column kernel
     // Byte offsets inside the workspace and its total size (SIZE_MAX: too large to allocate).
     size_t checkpoints_offset = 0, sub_checkpoints_offset = 0, carry_offset = 0, partials_offset = 0, bytes = 0;
