@@ -87,14 +87,13 @@ __global__ void __launch_bounds__(BackwardShape<R>::warps * 32, 1)
 token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws, SequenceTable table) {
     constexpr int kWarps = BackwardShape<R>::warps, kColumns = BackwardShape<R>::columns;
     extern __shared__ float shared[];
-    float *vec_parts = shared;                            // [3][kWarps][Sk]: dq, dk, dg parts per warp
-    float *scalar_parts = shared + 3 * kWarps * n.Sk;     // [2][kWarps]: dbeta, scalar dg
-    float *replay = scalar_parts + 2 * kWarps;            // [sub_segment][kWarps * kColumns][Sk]: S_{t-1}
-
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const SequenceEntry entry = sequence_entry(table, call_sizes, blockIdx.z);
     const BackwardViews w = sequence_views(call, entry, snapshot_step(table, call_sizes));
     const Sizes n = sequence_sizes(call_sizes, entry);
+    float *vec_parts = shared;                            // [3][kWarps][Sk]: dq, dk, dg parts per warp
+    float *scalar_parts = shared + 3 * kWarps * n.Sk;     // [2][kWarps]: dbeta, scalar dg
+    float *replay = scalar_parts + 2 * kWarps;            // [sub_segment][kWarps * kColumns][Sk]: S_{t-1}
     const int slice = blockIdx.x, h = blockIdx.y, b = 0, bq = 0;
     const int kh = n.key_head(h);
     const int64_t unit = static_cast<int64_t>(blockIdx.z) * n.Hv + h;  // of the checkpoints and the carry

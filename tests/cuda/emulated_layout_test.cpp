@@ -1,11 +1,13 @@
 // Both state layouts on the cuda kernels, emulated on CPU threads (fake_cuda.h): s0, states,
 // d_states and ds0 value-major (nb[1] = 4, rows of Sv padded) give the same bits as key-major,
 // per-token and chunked kernels, forward and backward, layouts mixed within a call. Only where
-// the bytes sit differs; the padding between value-major rows is never written.
+// the bytes sit differs; the padding between value-major rows is never written. And the state
+// copy of an empty sequence between any two layouts.
 #include "fake_cuda.h"
 // The kernels, compiled by the host compiler.
 #include "cuda/chunk_backward_kernel.cuh"
 #include "cuda/chunk_forward_kernel.cuh"
+#include "cuda/state_copy_kernel.cuh"
 #include "cuda/token_backward_kernel.cuh"
 #include "cuda/token_forward_kernel.cuh"
 #include "emulation_support.h"
@@ -119,6 +121,24 @@ TEST_P(EmulatedLayouts, BackwardSameBits) {
     run_backward(c, bc, mixed_states, mixed);
     mixed.ds0 = mixed_states.ds0;
     expect_same_bits(mixed, got);
+}
+
+// An empty sequence's state from and to either layout: every value in place, the padding
+// untouched; no source: zeros.
+TEST(EmulatedStateCopy, AnyLayoutToAny) {
+    const Shape s{40, 24, 1, 3, 1, 1, 1, 1, false, false, true};
+    const Inputs in = make_inputs(s, 43);  // s0: [40, 24, 3, 1]
+    for (bool from_vm : {false, true})
+        for (bool to_vm : {false, true}) {
+            SCOPED_TRACE(std::string(from_vm ? "value-major" : "key-major") + " to " + (to_vm ? "value-major" : "key-major"));
+            const HostTensor src = from_vm ? value_major(in.s0, 2) : in.s0;
+            HostTensor dst = to_vm ? value_major(HostTensor(s.Sk, s.Sv, s.Hv, 1, -7.0f)) : HostTensor(s.Sk, s.Sv, s.Hv, 1, -7.0f);
+            ASSERT_EQ(run_copy_state(kLaunch, src.view(), dst.view(), s.Sk, s.Sv, s.Hv), cudaSuccess);
+            EXPECT_EQ(dst.data, (to_vm ? value_major(in.s0) : in.s0).data) << "values and the padding between rows";
+        }
+    HostTensor zeroed = value_major(HostTensor(s.Sk, s.Sv, s.Hv, 1, -7.0f));
+    ASSERT_EQ(run_copy_state(kLaunch, View{}, zeroed.view(), s.Sk, s.Sv, s.Hv), cudaSuccess);
+    EXPECT_EQ(zeroed.data, value_major(HostTensor(s.Sk, s.Sv, s.Hv, 1, 0.0f)).data);
 }
 
 // Sk, Sv, Hk, Hv, T, B, Bq, K, kda, grouped, s0
