@@ -363,7 +363,7 @@ private:
     }
 
     // Reserves the table and `bytes` of scratch after it, and copies the table there (from
-    // pageable memory: staged before the call returns).
+    // pageable memory: staged before the call returns; see README.md on what that may cost).
     Status enter_walk(SequenceWalk &walk, size_t bytes, void *&scratch) {
         GDN_TRY(workspace_->reserve(walk.table_bytes + bytes));
         char *base = static_cast<char *>(workspace_->data());
