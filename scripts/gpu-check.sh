@@ -87,8 +87,8 @@ fi
 if [ -x "$BENCH" ]; then run bench-27b 60 "$BENCH" 1 512 4096; else skip bench-27b "cuda_bench not built"; fi
 
 # Small cases of every kernel: per-token (case0-2, 5-7), chunked forward and backward (case8), tile ops,
-# the sequence tables and pools (the empty sequence's state copy between layouts).
-SMALL='CudaContract.*:TileOpsGpu.*:CudaServing.EmptySequenceStateMovesBetweenLayouts:CudaServing.MixedPrefillAndDecodeBackward:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7:Shapes/CudaParity.*/case8'
+# the sequence tables on pools (decode batches) and the state copy between layouts.
+SMALL='CudaContract.*:TileOpsGpu.*:CudaServing.EmptySequenceStateMovesBetweenLayouts:CudaServing.DecodeBatchesUpdateAPoolInPlace:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7:Shapes/CudaParity.*/case8'
 if command -v compute-sanitizer >/dev/null && [ -x "$TESTS" ]; then
     run memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_brief=1 --gtest_filter="$SMALL"
     run racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_brief=1 \
