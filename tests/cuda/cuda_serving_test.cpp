@@ -24,8 +24,13 @@ gdn_tensor index_tensor(const std::vector<int64_t> &values) {  // host memory: t
     return t;
 }
 
+float &element(const gdn_tensor &t, int64_t i, int64_t j, int64_t h, int64_t n) {
+    return *reinterpret_cast<float *>(static_cast<char *>(t.data) + i * t.nb[0] + j * t.nb[1] + h * t.nb[2] + n * t.nb[3]);
+}
+
 // A state pool [Sk, Sv, Hv, slots], key-major or value-major (a contiguous [Sv, Sk, Hv, slots]
-// with dims 0 and 1 swapped), random values (seed) or `fill`.
+// with dims 0 and 1 swapped), random values (seed; the same element by element in both
+// layouts) or `fill`.
 Tensor make_pool(int Sk, int Sv, int Hv, int64_t slots, bool value_major, uint32_t seed, float fill = 0.0f) {
     Tensor t = value_major ? make_tensor(Sv, Sk, Hv, slots, fill) : make_tensor(Sk, Sv, Hv, slots, fill);
     if (value_major)
@@ -36,16 +41,13 @@ Tensor make_pool(int Sk, int Sv, int Hv, int64_t slots, bool value_major, uint32
     if (seed != 0) {
         std::mt19937 rng(seed);
         std::uniform_real_distribution<float> unit(-0.5f, 0.5f);
-        for (float &x : t.buffer->host) x = unit(rng);
+        for (int64_t n = 0; n < slots; ++n)
+            for (int h = 0; h < Hv; ++h)
+                for (int j = 0; j < Sv; ++j)
+                    for (int i = 0; i < Sk; ++i) element(t.host, i, j, h, n) = unit(rng);
     }
     t.buffer->upload();
     return t;
-}
-
-float element(const gdn_tensor &t, int64_t i, int64_t j, int64_t h, int64_t n) {
-    float x;
-    std::memcpy(&x, static_cast<const char *>(t.data) + i * t.nb[0] + j * t.nb[1] + h * t.nb[2] + n * t.nb[3], sizeof x);
-    return x;
 }
 
 // Every element of two state tensors (any layouts) the same bits.
