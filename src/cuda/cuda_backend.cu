@@ -355,9 +355,10 @@ private:
             const bool chunked = backward ? !shared_keys && choose_backward(one).chunked : choose_forward(one).chunked;
             (chunked ? walk.alone : walk.grouped).push_back(e);
         }
-        const double token_bytes = backward ? cuda::token_backward_bytes_per_token(n) : 0.0;
-        walk.groups = cuda::sequence_groups(walk.grouped, a.dims.packed, walk.snapshot_step, kMaxGridDim, token_bytes,
-                                            static_cast<double>(cuda::kWindowBudget));
+        const auto fits = [&](const cuda::SequenceTable &group) {
+            return !backward || cuda::plan_token_backward(n, target_.shared_limit, group).bytes <= cuda::kGroupBudget;
+        };
+        walk.groups = cuda::sequence_groups(walk.grouped, a.dims.packed, walk.snapshot_step, kMaxGridDim, fits);
         walk.table_bytes = walk.grouped.empty() ? 0 : cuda::align_up(static_cast<double>(walk.grouped.size() * sizeof(cuda::SequenceEntry)));
         return walk;
     }

@@ -48,9 +48,6 @@ cudaError_t launch_chunk_backward(const BackwardViews &views, const Sizes &sizes
 TokenBackwardPlan plan_token_backward(const Sizes &sizes, size_t shared_limit, const SequenceTable &table);
 cudaError_t launch_token_backward(const BackwardViews &views, const Sizes &sizes, const TokenBackwardPlan &plan,
                                   void *workspace, const SequenceTable &table, const LaunchTarget &target);
-// Bytes of the per-token backward's partial rows per token of a call (a packed group takes at
-// most kWindowBudget of them).
-double token_backward_bytes_per_token(const Sizes &sizes);
 
 // One [Sk, Sv, Hv] state from src to dst, either layout each (src absent: zeros).
 cudaError_t launch_copy_state(const View &src, const View &dst, int Sk, int Sv, int Hv, const LaunchTarget &target);

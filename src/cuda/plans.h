@@ -20,6 +20,12 @@ struct LaunchShape {
 // state, or dL/dS) goes through the workspace.
 constexpr size_t kWindowBudget = size_t(128) << 20;
 
+// The most workspace one launch chain over a group of packed sequences takes (the per-token
+// backward's checkpoints and partial rows of all its sequences at once); a call with more
+// short sequences than that holds is walked in several groups. 64 requests of 4 tokens at the
+// 27B shape (Hv = 48, Sk = Sv = 128) take 0.63 GB (tests/cuda/workspace_plan_test.cpp).
+constexpr size_t kGroupBudget = size_t(1) << 30;
+
 struct Windows {
     int64_t steps = 1;        // steps of T
     int64_t step_tokens = 1;  // tokens per step

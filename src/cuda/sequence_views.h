@@ -42,8 +42,9 @@ GDN_HD SequenceEntry sequence_entry(const SequenceTable &table, const Sizes &n, 
     return e;
 }
 
-// Blocks along z of a launch over the table's sequences.
-GDN_HD int sequence_count(const SequenceTable &table, const Sizes &n) { return table.entries != nullptr ? table.count : n.B; }
+// Blocks along z of a launch over the table's sequences (also before `entries` points anywhere:
+// the plans are made before the table is copied).
+GDN_HD int sequence_count(const SequenceTable &table, const Sizes &n) { return table.count > 0 ? table.count : n.B; }
 GDN_HD int64_t snapshot_step(const SequenceTable &table, const Sizes &n) {
     return table.entries != nullptr ? table.snapshot_step : n.B;
 }
@@ -126,18 +127,24 @@ struct SequenceGroup {
 };
 
 // Splits `entries` (the sequences a call walks with the per-token kernels) into groups of
-// consecutive entries, each one launch chain: at most `max_count` sequences and, packed, at
-// most `budget` bytes of partial rows at `token_bytes` per token (but at least one sequence);
-// unpacked (sequences of one length, windows of tokens instead) all in one. Sets each entry's
-// `rows` (its place in its group's partial rows).
-inline std::vector<SequenceGroup> sequence_groups(std::vector<SequenceEntry> &entries, bool packed, int64_t snapshot_step,
-                                                  int max_count, double token_bytes, double budget) {
+// consecutive entries, each one launch chain: at most `max_count` sequences and, packed, only
+// as many as `fits(table)` accepts for the grown group's table (the backward: its workspace
+// within kGroupBudget), at least one; unpacked (sequences of one length, windows of tokens
+// instead) all in one. Sets each entry's `rows` (its place in its group's partial rows).
+template <class Fits>
+std::vector<SequenceGroup> sequence_groups(std::vector<SequenceEntry> &entries, bool packed, int64_t snapshot_step, int max_count,
+                                           Fits fits) {
     std::vector<SequenceGroup> groups;
     for (size_t i = 0; i < entries.size(); ++i) {
         SequenceEntry &e = entries[i];
-        const bool fits = !groups.empty() && groups.back().table.count < max_count &&
-                          (!packed || static_cast<double>(groups.back().table.tokens + e.length) * token_bytes <= budget);
-        if (!fits) {
+        const auto grown = [&](SequenceTable t) {
+            t.count += 1;
+            t.tokens += e.length;
+            t.longest = t.longest > e.length ? t.longest : e.length;
+            return t;
+        };
+        const bool joins = !groups.empty() && groups.back().table.count < max_count && (!packed || fits(grown(groups.back().table)));
+        if (!joins) {
             SequenceGroup g;
             g.first = i;
             g.table.snapshot_step = snapshot_step;
@@ -146,9 +153,7 @@ inline std::vector<SequenceGroup> sequence_groups(std::vector<SequenceEntry> &en
         }
         SequenceTable &t = groups.back().table;
         e.rows = packed ? t.tokens : 0;
-        t.count += 1;
-        t.tokens += e.length;
-        t.longest = t.longest > e.length ? t.longest : e.length;
+        t = grown(t);
     }
     return groups;
 }

@@ -9,8 +9,6 @@ TokenBackwardPlan plan_token_backward(const Sizes &n, size_t shared_limit, const
     return make_token_backward_plan(n, shared_limit, kWindowBudget, table);
 }
 
-double token_backward_bytes_per_token(const Sizes &n) { return token_backward_row_bytes(n); }
-
 cudaError_t launch_token_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, void *workspace,
                                   const SequenceTable &table, const LaunchTarget &target) {
     return run_token_backward(StreamLauncher{target}, w, n, plan, workspace, table);

@@ -123,8 +123,10 @@ Walk walk_of(const Batch &b, const Sizes &n, bool backward) {
                              (backward ? chunk_backward_eligible(one, kSharedLimit) : chunk_forward_eligible(one, kSharedLimit));
         (chunked ? walk.alone : walk.grouped).push_back(e);
     }
-    const double token_bytes = backward ? token_backward_row_bytes(n) : 0.0;
-    walk.groups = sequence_groups(walk.grouped, b.packed(), b.snapshot_step(), 65535, token_bytes, static_cast<double>(kWindowBudget));
+    const auto fits = [&](const SequenceTable &group) {
+        return !backward || make_token_backward_plan(n, 16 * 1024, kWindowBudget, group).bytes <= kGroupBudget;
+    };
+    walk.groups = sequence_groups(walk.grouped, b.packed(), b.snapshot_step(), 65535, fits);
     return walk;
 }
 
