@@ -5,7 +5,7 @@
 // length) on views of the call's tensors, so one launch covers every sequence of a group; the
 // host makes the same views for a sequence walked by launches of its own (the chunked kernels).
 // Plain arithmetic on views, host and device: the backend, the kernels and the emulation tests
-// (tests/cuda/emulated_varlen_test.cpp, emulated_pool_test.cpp) share it.
+// (tests/cuda/emulated_varlen_test.cpp, emulated_batch_test.cpp) share it.
 #pragma once
 
 #include <cstdint>
