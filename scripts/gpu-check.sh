@@ -2,6 +2,8 @@
 # One command for a machine with an NVIDIA GPU: builds gdn with the CUDA backend for this GPU,
 # then runs, each under a time limit,
 #   1. the cuda unit tests (ctest -L cuda: parity with ref, determinism, stream, refusals),
+#      then on their own the serving ones (packed decode batches in one launch chain on state
+#      pools in place, value-major and key-major states giving the same bits),
 #   2. gdn-ops test -b CUDA0, 3. gdn-ops grad -b CUDA0,
 #   4. gdn-ops perf -b CUDA0 and cuda_bench at the Qwen3.5-27B shape, T = 1, 512, 4096,
 #   5. compute-sanitizer memcheck and racecheck on the small test cases,
@@ -69,7 +71,12 @@ if [ ! -x "$BENCH" ] && [ -f "$BUILD/src/libgdn.a" ]; then
         -L/usr/local/cuda/lib64 -lcudart_static -lpthread -ldl -lrt -o "$BUILD/cuda_bench" && BENCH=$BUILD/cuda_bench
 fi
 
-if [ -x "$TESTS" ]; then run unit-tests 120 "$TESTS" --gtest_brief=1; else skip unit-tests "not built"; fi
+if [ -x "$TESTS" ]; then
+    run unit-tests 120 "$TESTS" --gtest_brief=1
+    run serving 60 "$TESTS" --gtest_brief=1 --gtest_filter='CudaServing.*'
+else
+    skip unit-tests "not built"; skip serving "not built"
+fi
 if [ -n "$OPS" ]; then
     run ops-test 90 "$OPS" test -b CUDA0
     run ops-grad 90 "$OPS" grad -b CUDA0
@@ -79,8 +86,9 @@ else
 fi
 if [ -x "$BENCH" ]; then run bench-27b 60 "$BENCH" 1 512 4096; else skip bench-27b "cuda_bench not built"; fi
 
-# Small cases of every kernel: per-token (case0-2, 5-7), chunked forward and backward (case8), tile ops.
-SMALL='CudaContract.*:TileOpsGpu.*:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7:Shapes/CudaParity.*/case8'
+# Small cases of every kernel: per-token (case0-2, 5-7), chunked forward and backward (case8), tile ops,
+# the sequence tables on pools (decode batches) and the state copy between layouts.
+SMALL='CudaContract.*:TileOpsGpu.*:CudaServing.EmptySequenceStateMovesBetweenLayouts:CudaServing.DecodeBatchesUpdateAPoolInPlace:Shapes/CudaParity.*/case0:Shapes/CudaParity.*/case1:Shapes/CudaParity.*/case2:Shapes/CudaParity.*/case5:Shapes/CudaParity.*/case6:Shapes/CudaParity.*/case7:Shapes/CudaParity.*/case8'
 if command -v compute-sanitizer >/dev/null && [ -x "$TESTS" ]; then
     run memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_brief=1 --gtest_filter="$SMALL"
     run racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_brief=1 \

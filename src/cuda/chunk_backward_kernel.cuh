@@ -113,11 +113,13 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
     // and as what the later window left in any other.
     float *carry = walk.carry + unit * n.Sv * Sk;
     const bool last_window = walk.chunk_end == walk.chunks;
-    for (int idx = tid; idx < Sk * kSlice; idx += threads) {
-        const int c = idx / Sk, i = idx % Sk;
-        dS[i * L.ldv + c] = !last_window            ? carry[static_cast<int64_t>(j0 + c) * Sk + i]
-                            : w.d_states.present() ? *w.d_states.at(i, j0 + c, h, b)
-                                                   : 0.0f;
+    if (last_window) {
+        load_state_slice(w.d_states, Sk, j0, h, b, dS, L.ldv);
+    } else {
+        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
+            const int c = idx / Sk, i = idx % Sk;
+            dS[i * L.ldv + c] = carry[static_cast<int64_t>(j0 + c) * Sk + i];
+        }
     }
 
     for (int64_t chunk = walk.chunk_end - 1; chunk >= walk.chunk_begin; --chunk) {
@@ -278,10 +280,7 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
             carry[static_cast<int64_t>(j0 + c) * Sk + i] = dS[i * L.ldv + c];
         }
     } else if (w.ds0.present()) {
-        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
-            const int i = idx / kSlice, c = idx % kSlice;
-            *w.ds0.at(i, j0 + c, h, b) = dS[i * L.ldv + c];
-        }
+        store_state_slice(w.ds0, Sk, j0, h, b, dS, L.ldv);
     }
 }
 

@@ -39,6 +39,27 @@ inline bool chunk_shape_eligible(const Sizes &n) {
     return n.gate_width == 1 && n.K <= 1 && n.Sk % 16 == 0 && n.Sk <= 128 && n.Sv % kSlice == 0;
 }
 
+// Calls fn(i, c) for every element (row i < Sk, column c < kSlice) of a state slice of the
+// [Sk, Sv, Hv, *] tensor t, the block's threads spread so that neighbouring threads take
+// neighbouring floats of t: rows fastest when t is key-major, columns when value-major.
+template <class Fn>
+__device__ inline void for_each_slice_element(const View &t, int Sk, Fn fn) {
+    const bool rows_contiguous = t.rows_contiguous();
+    for (int idx = threadIdx.x; idx < Sk * kSlice; idx += blockDim.x) {
+        if (rows_contiguous) fn(idx % Sk, idx / Sk);
+        else fn(idx / kSlice, idx % kSlice);
+    }
+}
+
+// The slice of columns j0 .. j0 + kSlice - 1 of state tensor t at (h, index) into shared memory
+// (S[i ld + c]), zero when t is absent; and back.
+__device__ inline void load_state_slice(const View &t, int Sk, int j0, int h, int64_t index, float *S, int ld) {
+    for_each_slice_element(t, Sk, [&](int i, int c) { S[i * ld + c] = t.present() ? *t.at(i, j0 + c, h, index) : 0.0f; });
+}
+__device__ inline void store_state_slice(const View &t, int Sk, int j0, int h, int64_t index, const float *S, int ld) {
+    for_each_slice_element(t, Sk, [&](int i, int c) { *t.at(i, j0 + c, h, index) = S[i * ld + c]; });
+}
+
 // beta and gam (the prefix sums inside the chunk of the clamped gates; padded rows add 0) of
 // the chunk of `len` tokens at t0, into shared memory by warp 0. The caller's next barrier
 // publishes them.

@@ -76,10 +76,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
     // S enters the first window as s0 (or zero) and any other as the earlier window left it.
     float *carry = walk.carry + unit * n.Sv * Sk;
     if (walk.chunk_begin == 0) {
-        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
-            const int i = idx / kSlice, c = idx % kSlice;
-            S[i * L.ldv + c] = w.s0.present() ? *w.s0.at(i, j0 + c, h, b) : 0.0f;
-        }
+        load_state_slice(w.s0, Sk, j0, h, b, S, L.ldv);
     } else {
         for (int idx = tid; idx < Sk * kSlice; idx += threads) {
             const int c = idx / Sk, i = idx % Sk;
@@ -152,10 +149,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
             carry[static_cast<int64_t>(j0 + c) * Sk + i] = S[i * L.ldv + c];
         }
     } else if (w.states.present()) {  // K = 1: the final state (chunk_forward_eligible)
-        for (int idx = tid; idx < Sk * kSlice; idx += threads) {
-            const int i = idx / kSlice, c = idx % kSlice;
-            *w.states.at(i, j0 + c, h, b) = S[i * L.ldv + c];
-        }
+        store_state_slice(w.states, Sk, j0, h, b, S, L.ldv);
     }
 }
 

@@ -1,9 +1,10 @@
 // The cuda backend, host side: device checks, tensor views, the workspace, and the choice of
 // kernels. Every kernel runs on the context's stream (gdn_context_params.stream, NULL = the
 // default stream); no call synchronises with the host, and no call allocates once the
-// workspace has reached the size of the largest call so far. Packed sequences (cu_seqlens) are
-// walked one after another, each with the kernels of an unpacked call (cuda/sequence_views.h);
-// offsets in device memory cost one synchronisation of the stream (read_offsets).
+// workspace has reached the size of the largest call so far. Packed sequences (cu_seqlens) and
+// pooled states (state_indices) are walked by sequence tables (cuda/sequence_views.h): the short
+// sequences of a call in one launch chain, the long ones by the chunked kernels one by one;
+// offsets or indices in device memory cost one synchronisation of the stream each (read_offsets).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -52,7 +53,7 @@ Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(t->data);
     if (address % sizeof(float) != 0)
         return fail(GDN_ERROR_UNSUPPORTED, "%s.data = %p is not aligned to 4 bytes (the cuda backend reads whole floats)", name, t->data);
-    for (int d = 1; d < 4; ++d)
+    for (int d = 0; d < 4; ++d)
         if (t->nb[d] % static_cast<int64_t>(sizeof(float)) != 0)
             return fail(GDN_ERROR_UNSUPPORTED, "%s.nb[%d] = %" PRId64 " is not a multiple of 4 bytes (the cuda backend reads whole floats)",
                         name, d, t->nb[d]);
@@ -79,6 +80,7 @@ Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
                         t->data);
     }
     out.data = static_cast<float *>(t->data);
+    out.s0 = t->nb[0] / static_cast<int64_t>(sizeof(float));  // 1 but in value-major states
     out.s1 = t->nb[1] / static_cast<int64_t>(sizeof(float));
     out.s2 = t->nb[2] / static_cast<int64_t>(sizeof(float));
     out.s3 = t->nb[3] / static_cast<int64_t>(sizeof(float));
@@ -144,8 +146,8 @@ public:
         return {};
     }
 
-    // Packed sequences (docs/VARLEN.md): offsets in host memory are read in place; in device
-    // memory they are copied back on the context's stream, which synchronises it once.
+    // cu_seqlens (docs/VARLEN.md) or state_indices (SPEC section 3.2): in host memory read in
+    // place; in device memory copied back on the context's stream, which synchronises it once.
     Status read_offsets(const gdn_tensor &t, std::vector<int64_t> &offsets) override {
         DeviceScope scope;
         GDN_TRY(scope.enter(device_));
@@ -157,49 +159,30 @@ public:
             return {};
         }
         if (attr.type == cudaMemoryTypeDevice && attr.device != device_)
-            return fail(GDN_ERROR_INVALID_ARGUMENT, "cu_seqlens.data = %p is memory of device %d, but this context runs on device %d",
+            return fail(GDN_ERROR_INVALID_ARGUMENT, "cu_seqlens or state_indices: data = %p is memory of device %d, but this context runs on device %d",
                         t.data, attr.device, device_);
         const size_t element = t.type == GDN_TYPE_I32 ? 4 : 8;
         std::vector<uint8_t> bytes(static_cast<size_t>(t.ne[0]) * element);
         GDN_CUDA_TRY(cudaMemcpyAsync(bytes.data(), t.data, bytes.size(), cudaMemcpyDeviceToHost, target_.stream),
-                     "copying cu_seqlens to the host");
-        GDN_CUDA_TRY(cudaStreamSynchronize(target_.stream), "waiting for cu_seqlens");
+                     "copying cu_seqlens or state_indices to the host");
+        GDN_CUDA_TRY(cudaStreamSynchronize(target_.stream), "waiting for cu_seqlens or state_indices");
         gdn_tensor host = t;
         host.data = bytes.data();
         read_host_offsets(host, offsets);
         return {};
     }
 
-    // An empty sequence's state (core/empty_sequences.h), on the context's stream: one 2-D copy
-    // (or fill) per head when rows are pitched apart, one per row otherwise.
+    // An empty sequence's state (core/empty_sequences.h), on the context's stream: one small
+    // kernel, whatever the two tensors' layouts.
     Status copy_state(const StateCopy &c) override {
         DeviceScope scope;
         GDN_TRY(scope.enter(device_));
         View src, dst;
         GDN_TRY(view_of("state", c.src.data != nullptr ? &c.src : nullptr, device_, src));
         GDN_TRY(view_of("states", &c.dst, device_, dst));
-        const size_t width = static_cast<size_t>(c.dst.ne[0]) * sizeof(float);
-        const auto rows = static_cast<size_t>(c.dst.ne[1]);
-        const auto pitch_of = [](const gdn_tensor &t) { return static_cast<size_t>(t.nb[1]); };
-        const bool pitched = pitch_of(c.dst) >= width && (!src.present() || pitch_of(c.src) >= width);
-        for (int64_t h = 0; h < c.dst.ne[2]; ++h) {
-            char *to = static_cast<char *>(c.dst.data) + h * c.dst.nb[2];
-            const char *from = src.present() ? static_cast<const char *>(c.src.data) + h * c.src.nb[2] : nullptr;
-            if (pitched) {
-                if (from != nullptr)
-                    GDN_CUDA_TRY(cudaMemcpy2DAsync(to, pitch_of(c.dst), from, pitch_of(c.src), width, rows, cudaMemcpyDefault,
-                                                   target_.stream), "copying an empty sequence's state");
-                else GDN_CUDA_TRY(cudaMemset2DAsync(to, pitch_of(c.dst), 0, width, rows, target_.stream), "zeroing an empty sequence's state");
-                continue;
-            }
-            for (size_t j = 0; j < rows; ++j) {
-                char *row = to + static_cast<int64_t>(j) * c.dst.nb[1];
-                if (from != nullptr)
-                    GDN_CUDA_TRY(cudaMemcpyAsync(row, from + static_cast<int64_t>(j) * c.src.nb[1], width, cudaMemcpyDefault, target_.stream),
-                                 "copying an empty sequence's state");
-                else GDN_CUDA_TRY(cudaMemsetAsync(row, 0, width, target_.stream), "zeroing an empty sequence's state");
-            }
-        }
+        GDN_CUDA_TRY(cuda::launch_copy_state(src, dst, static_cast<int>(c.dst.ne[0]), static_cast<int>(c.dst.ne[1]),
+                                             static_cast<int>(c.dst.ne[2]), target_),
+                     "copying an empty sequence's state");
         return {};
     }
 
@@ -210,24 +193,30 @@ public:
         GDN_TRY(input_views(a, device_, w));
         GDN_TRY(view_of("out", a.out, device_, w.out));
         GDN_TRY(view_of("states", a.states, device_, w.states));
-        // One call, or one per packed sequence, each with its own choice of kernels; the
-        // workspace of the largest is reserved before anything is enqueued.
-        const auto calls = cuda::sequence_calls(w, sizes_of(a.dims), a.offsets);
-        std::vector<ForwardChoice> choices;
+        const cuda::Sizes n = sizes_of(a.dims);
+        if (!a.dims.packed && !a.dims.pooled) {
+            const ForwardChoice c = choose_forward(n);
+            GDN_TRY(workspace_->reserve(c.bytes));
+            GDN_TRY(enqueue_forward(w, n, c, {}, workspace_->data()));
+            last_workspace_ = c.bytes;
+            return {};
+        }
+        // Every launch's workspace is reserved before anything is enqueued.
+        SequenceWalk walk = sequence_walk(a, n, false);
+        std::vector<ForwardChoice> alone;
         size_t bytes = 0;
-        for (const auto &c : calls) {
-            choices.push_back(choose_forward(c.sizes));
-            bytes = std::max(bytes, choices.back().bytes);
+        for (const cuda::SequenceEntry &e : walk.alone) {
+            alone.push_back(choose_forward(cuda::sequence_sizes(n, e)));
+            bytes = std::max(bytes, alone.back().bytes);
         }
-        GDN_TRY(workspace_->reserve(bytes));
-        for (size_t i = 0; i < calls.size(); ++i) {
-            const ForwardChoice &c = choices[i];
-            if (c.chunked)
-                GDN_CUDA_TRY(cuda::launch_chunk_forward(calls[i].views, calls[i].sizes, c.plan, workspace_->data(), target_),
-                             "launching the chunked forward");
-            else GDN_CUDA_TRY(cuda::launch_token_forward(calls[i].views, calls[i].sizes, target_), "launching the per-token forward");
+        void *scratch = nullptr;
+        GDN_TRY(enter_walk(walk, bytes, scratch));
+        for (size_t i = 0; i < walk.alone.size(); ++i) {
+            const auto call = cuda::sequence_call(w, n, walk.alone[i], walk.snapshot_step);
+            GDN_TRY(enqueue_forward(call.views, call.sizes, alone[i], {}, scratch));
         }
-        last_workspace_ = bytes;
+        for (const cuda::SequenceGroup &g : walk.groups) GDN_TRY(enqueue_forward(w, n, ForwardChoice{}, walk.table(g), scratch));
+        last_workspace_ = walk.table_bytes + bytes;
         return {};
     }
 
@@ -244,23 +233,35 @@ public:
         GDN_TRY(view_of("grads.g", a.dg, device_, w.dg));
         GDN_TRY(view_of("grads.beta", a.dbeta, device_, w.dbeta));
         GDN_TRY(view_of("grads.state", a.ds0, device_, w.ds0));
-        const auto calls = cuda::sequence_calls(w, sizes_of(a.dims), a.offsets);
-        std::vector<BackwardChoice> choices;
+        const cuda::Sizes n = sizes_of(a.dims);
+        if (!a.dims.packed && !a.dims.pooled) {
+            const BackwardChoice c = choose_backward(n);
+            GDN_TRY(workspace_->reserve(c.bytes()));
+            GDN_TRY(enqueue_backward(w, n, c, {}, workspace_->data()));
+            last_workspace_ = c.bytes();
+            return {};
+        }
+        SequenceWalk walk = sequence_walk(a, n, true);
+        std::vector<BackwardChoice> alone, grouped;
         size_t bytes = 0;
-        for (const auto &c : calls) {
-            choices.push_back(choose_backward(c.sizes));
-            bytes = std::max(bytes, choices.back().bytes());
+        for (const cuda::SequenceEntry &e : walk.alone) {
+            alone.push_back(choose_backward(cuda::sequence_sizes(n, e)));
+            bytes = std::max(bytes, alone.back().bytes());
         }
-        GDN_TRY(workspace_->reserve(bytes));
-        for (size_t i = 0; i < calls.size(); ++i) {
-            const BackwardChoice &c = choices[i];
-            if (c.chunked)
-                GDN_CUDA_TRY(cuda::launch_chunk_backward(calls[i].views, calls[i].sizes, c.chunk, workspace_->data(), target_),
-                             "launching the chunked backward");
-            else GDN_CUDA_TRY(cuda::launch_token_backward(calls[i].views, calls[i].sizes, c.token, workspace_->data(), target_),
-                              "launching the per-token backward");
+        for (const cuda::SequenceGroup &g : walk.groups) {
+            grouped.emplace_back();
+            grouped.back().token = cuda::plan_token_backward(n, target_.shared_limit, g.table);
+            bytes = std::max(bytes, grouped.back().bytes());
         }
-        last_workspace_ = bytes;
+        void *scratch = nullptr;
+        GDN_TRY(enter_walk(walk, bytes, scratch));
+        for (size_t i = 0; i < walk.alone.size(); ++i) {
+            const auto call = cuda::sequence_call(w, n, walk.alone[i], walk.snapshot_step);
+            GDN_TRY(enqueue_backward(call.views, call.sizes, alone[i], {}, scratch));
+        }
+        for (size_t i = 0; i < walk.groups.size(); ++i)
+            GDN_TRY(enqueue_backward(w, n, grouped[i], walk.table(walk.groups[i]), scratch));
+        last_workspace_ = walk.table_bytes + bytes;
         return {};
     }
 
@@ -304,8 +305,76 @@ private:
         BackwardChoice c;
         c.chunked = use_chunked(n) && cuda::chunk_backward_takes(n, target_.shared_limit);
         if (c.chunked) c.chunk = cuda::plan_chunk_backward(n);
-        else c.token = cuda::plan_token_backward(n, target_.shared_limit);
+        else c.token = cuda::plan_token_backward(n, target_.shared_limit, {});
         return c;
+    }
+
+    Status enqueue_forward(const cuda::ForwardViews &w, const cuda::Sizes &n, const ForwardChoice &c, const cuda::SequenceTable &table,
+                           void *workspace) const {
+        if (c.chunked)
+            GDN_CUDA_TRY(cuda::launch_chunk_forward(w, n, c.plan, workspace, target_), "launching the chunked forward");
+        else GDN_CUDA_TRY(cuda::launch_token_forward(w, n, table, target_), "launching the per-token forward");
+        return {};
+    }
+
+    Status enqueue_backward(const cuda::BackwardViews &w, const cuda::Sizes &n, const BackwardChoice &c,
+                            const cuda::SequenceTable &table, void *workspace) const {
+        if (c.chunked)
+            GDN_CUDA_TRY(cuda::launch_chunk_backward(w, n, c.chunk, workspace, target_), "launching the chunked backward");
+        else GDN_CUDA_TRY(cuda::launch_token_backward(w, n, c.token, workspace, table, target_), "launching the per-token backward");
+        return {};
+    }
+
+    // A packed or pooled call (cuda/sequence_views.h): its sequences with tokens, those the
+    // chunked kernels take each walked by launches of its own, the others in groups of one
+    // launch chain each (every short sequence of a serving batch in one), their entries copied
+    // once to the start of the workspace.
+    struct SequenceWalk {
+        std::vector<cuda::SequenceEntry> alone, grouped;
+        std::vector<cuda::SequenceGroup> groups;  // of `grouped`
+        int64_t snapshot_step = 1;
+        size_t table_bytes = 0;
+        const cuda::SequenceEntry *device_entries = nullptr;
+
+        cuda::SequenceTable table(const cuda::SequenceGroup &g) const {
+            cuda::SequenceTable t = g.table;
+            t.entries = device_entries + g.first;
+            return t;
+        }
+    };
+
+    template <class Args>
+    SequenceWalk sequence_walk(const Args &a, const cuda::Sizes &n, bool backward) const {
+        SequenceWalk walk;
+        walk.snapshot_step = a.dims.packed ? a.dims.N : a.dims.B;
+        // Sequences of an unpacked call that share q/k (Bq < B) add to the same dq, dk: one
+        // launch chain over all of them, whose reductions sum them.
+        const bool shared_keys = !a.dims.packed && n.Bq < n.B;
+        for (const cuda::SequenceEntry &e : cuda::sequence_entries(n, a.offsets, a.state_slots)) {
+            const cuda::Sizes one = cuda::sequence_sizes(n, e);
+            const bool chunked = backward ? !shared_keys && choose_backward(one).chunked : choose_forward(one).chunked;
+            (chunked ? walk.alone : walk.grouped).push_back(e);
+        }
+        const auto fits = [&](const cuda::SequenceTable &group) {
+            return !backward || cuda::plan_token_backward(n, target_.shared_limit, group).bytes <= cuda::kGroupBudget;
+        };
+        walk.groups = cuda::sequence_groups(walk.grouped, a.dims.packed, walk.snapshot_step, kMaxGridDim, fits);
+        walk.table_bytes = walk.grouped.empty() ? 0 : cuda::align_up(static_cast<double>(walk.grouped.size() * sizeof(cuda::SequenceEntry)));
+        return walk;
+    }
+
+    // Reserves the table and `bytes` of scratch after it, and copies the table there (from
+    // pageable memory: staged before the call returns; see README.md on what that may cost).
+    Status enter_walk(SequenceWalk &walk, size_t bytes, void *&scratch) {
+        GDN_TRY(workspace_->reserve(walk.table_bytes + bytes));
+        char *base = static_cast<char *>(workspace_->data());
+        walk.device_entries = reinterpret_cast<const cuda::SequenceEntry *>(base);
+        scratch = base + walk.table_bytes;
+        if (!walk.grouped.empty())
+            GDN_CUDA_TRY(cudaMemcpyAsync(base, walk.grouped.data(), walk.grouped.size() * sizeof(cuda::SequenceEntry),
+                                         cudaMemcpyHostToDevice, target_.stream),
+                         "copying the sequence table");
+        return {};
     }
 
     // chunk_size = 1 in the context parameters asks for the per-token kernels throughout.

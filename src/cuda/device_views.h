@@ -12,15 +12,19 @@
 
 namespace gdn::cuda {
 
-// A strided F32 tensor on the device: element (i0, i1, i2, i3) is data[i0 + i1*s1 + i2*s2 + i3*s3]
-// (rows are contiguous, SPEC section 3). data == nullptr: absent (an input read as zero, an
-// output not wanted).
+// A strided F32 tensor on the device: element (i0, i1, i2, i3) is data[i0*s0 + i1*s1 + i2*s2 + i3*s3].
+// s0 is 1 (rows contiguous, SPEC section 3) except in a value-major state tensor ([Sk, Sv, Hv, *]
+// with s1 = 1, PyTorch's [..., K, V]): kernels that move a whole state pick their loop order by
+// it so that neighbouring threads touch neighbouring floats in both layouts. data == nullptr:
+// absent (an input read as zero, an output not wanted).
 struct View {
     float *data = nullptr;
     int64_t s1 = 0, s2 = 0, s3 = 0;
+    int64_t s0 = 1;
 
     GDN_HD bool present() const { return data != nullptr; }
-    GDN_HD int64_t offset(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return i0 + i1 * s1 + i2 * s2 + i3 * s3; }
+    GDN_HD bool rows_contiguous() const { return s0 == 1; }
+    GDN_HD int64_t offset(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3; }
     GDN_HD float *at(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return data + offset(i0, i1, i2, i3); }
 };
 

@@ -9,6 +9,7 @@
 
 #include "cuda/device_views.h"
 #include "cuda/plans.h"
+#include "cuda/sequence_views.h"
 
 namespace gdn::cuda {
 
@@ -19,9 +20,11 @@ struct LaunchTarget {
     size_t shared_limit = 48 * 1024;
 };
 
-// Per-token forward (token_forward.cu): one warp per state column, the column in registers,
-// every token in order. Serves decoding (T = 1) and any T.
-cudaError_t launch_token_forward(const ForwardViews &views, const Sizes &sizes, const LaunchTarget &target);
+// Per-token forward (token_forward.cu): a quad of lanes per state column, the column in
+// registers, every token in order. Serves decoding (T = 1) and any T; every sequence of `table`
+// (none: the call's B) in one launch.
+cudaError_t launch_token_forward(const ForwardViews &views, const Sizes &sizes, const SequenceTable &table,
+                                 const LaunchTarget &target);
 
 // Chunked forward on tensor cores (chunk_forward.cu): scalar gates, K <= 1, Sk a multiple of
 // 16 up to 128, Sv a multiple of 32, and its shared memory within shared_limit. Its workspace
@@ -40,9 +43,13 @@ cudaError_t launch_chunk_backward(const BackwardViews &views, const Sizes &sizes
 
 // Per-token backward (token_backward.cu): a replayed forward with checkpoints, then the tokens
 // in reverse, then a fixed-order reduction of the per-column partial gradients.
-// shared_limit: the device's largest dynamic shared memory per block (opt-in).
-TokenBackwardPlan plan_token_backward(const Sizes &sizes, size_t shared_limit);
+// shared_limit: the device's largest dynamic shared memory per block (opt-in). Every sequence
+// of `table` (none: the call's B) in one launch chain.
+TokenBackwardPlan plan_token_backward(const Sizes &sizes, size_t shared_limit, const SequenceTable &table);
 cudaError_t launch_token_backward(const BackwardViews &views, const Sizes &sizes, const TokenBackwardPlan &plan,
-                                  void *workspace, const LaunchTarget &target);
+                                  void *workspace, const SequenceTable &table, const LaunchTarget &target);
+
+// One [Sk, Sv, Hv] state from src to dst, either layout each (src absent: zeros).
+cudaError_t launch_copy_state(const View &src, const View &dst, int Sk, int Sv, int Hv, const LaunchTarget &target);
 
 }  // namespace gdn::cuda

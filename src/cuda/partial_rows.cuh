@@ -22,6 +22,7 @@
 
 #include "cuda/device_views.h"
 #include "cuda/plans.h"
+#include "cuda/sequence_views.h"
 
 namespace gdn::cuda {
 namespace {
@@ -40,18 +41,30 @@ struct PartialRows {
     }
 };
 
+// The tokens a block reduces: the window's (tokens t_begin + tl, their rows t), or in a packed
+// group (SequenceTable::packed) those of entry blockIdx.y (tokens begin + tl, rows rows + tl).
+struct ReducedTokens {
+    int64_t t_begin, row_begin, tokens;
+};
+__device__ __forceinline__ ReducedTokens reduced_tokens(const PartialRows &rows, const SequenceTable &table) {
+    if (!table.packed) return {rows.t_begin, rows.t_begin, rows.tokens};
+    const SequenceEntry &e = table.entries[blockIdx.y];
+    return {e.begin, e.rows, e.length};
+}
+
 // dq, dk: element (i, kh, t, bq) of the window sums, in a fixed order, the partial rows of every
 // unit that reads key head kh of q/k sequence bq (sequences ascending, then value heads
 // ascending) and of every column slice.
-__global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, PartialRows rows) {
-    const int64_t total = static_cast<int64_t>(n.Bq) * n.Hk * rows.tokens * n.Sk;
+__global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, PartialRows rows, SequenceTable table) {
+    const ReducedTokens span = reduced_tokens(rows, table);
+    const int64_t total = static_cast<int64_t>(n.Bq) * n.Hk * span.tokens * n.Sk;
     const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int i = static_cast<int>(idx % n.Sk);
         int64_t rest = idx / n.Sk;
-        const int64_t t = rows.t_begin + rest % rows.tokens;
-        rest /= rows.tokens;
+        const int64_t tl = rest % span.tokens, t = span.t_begin + tl, r = span.row_begin + tl;
+        rest /= span.tokens;
         const int kh = static_cast<int>(rest % n.Hk);
         const int bq = static_cast<int>(rest / n.Hk);
         float dq = 0.0f, dk = 0.0f;
@@ -60,7 +73,7 @@ __global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, PartialRows ro
             for (int jv = 0; jv < n.value_heads_per_key_head(); ++jv) {
                 const int64_t unit = static_cast<int64_t>(b) * n.Hv + n.value_head_of(kh, jv);
                 for (int slice = 0; slice < rows.slices; ++slice) {
-                    const float *row = rows.row(slice, unit, units, t);
+                    const float *row = rows.row(slice, unit, units, r);
                     dq += row[i];
                     dk += row[n.Sk + i];
                 }
@@ -73,19 +86,20 @@ __global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, PartialRows ro
 
 // dg, dbeta: element (c, h, t, b) of the window sums the partial rows of the unit's column
 // slices in order.
-__global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, PartialRows rows) {
+__global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, PartialRows rows, SequenceTable table) {
+    const ReducedTokens span = reduced_tokens(rows, table);
     const int width = n.gate_width + 1;  // dg channels, then dbeta
     const int64_t units = static_cast<int64_t>(n.B) * n.Hv;
-    const int64_t total = units * rows.tokens * width;
+    const int64_t total = units * span.tokens * width;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int c = static_cast<int>(idx % width);
         const int64_t rest = idx / width;
-        const int64_t t = rows.t_begin + rest % rows.tokens;
-        const int64_t unit = rest / rows.tokens;
+        const int64_t tl = rest % span.tokens, t = span.t_begin + tl, r = span.row_begin + tl;
+        const int64_t unit = rest / span.tokens;
         const int h = static_cast<int>(unit % n.Hv), b = static_cast<int>(unit / n.Hv);
         float sum = 0.0f;
-        for (int slice = 0; slice < rows.slices; ++slice) sum += rows.row(slice, unit, units, t)[2 * n.Sk + c];
+        for (int slice = 0; slice < rows.slices; ++slice) sum += rows.row(slice, unit, units, r)[2 * n.Sk + c];
         if (c < n.gate_width) {
             if (w.dg.present()) *w.dg.at(c, h, t, b) = sum;
         } else if (w.dbeta.present()) {
@@ -97,17 +111,23 @@ __global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, PartialRows r
 // Launch shapes of the reductions: grid-stride loops of 256 threads.
 inline int reduce_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 65536)); }
 
-// Enqueues the reductions of the window `rows` describes (launch: see stream_launcher.cuh).
+// Enqueues the reductions of the window `rows` describes, or of a packed group's entries (a row
+// of blocks each; launch: see stream_launcher.cuh).
 template <class Launch>
-cudaError_t run_reductions(const Launch &launch, const BackwardViews &w, const Sizes &n, const PartialRows &rows) {
+cudaError_t run_reductions(const Launch &launch, const BackwardViews &w, const Sizes &n, const PartialRows &rows,
+                           const SequenceTable &table = {}) {
+    const int64_t tokens = table.packed ? table.longest : rows.tokens;  // per row of blocks, at most
+    const int block_rows = table.packed ? table.count : 1;
     if (w.dq.present() || w.dk.present()) {
-        const int64_t count = static_cast<int64_t>(n.Bq) * n.Hk * rows.tokens * n.Sk;
-        const cudaError_t e = launch(reduce_key_grads_kernel, LaunchShape{reduce_blocks(count), 1, 1, 256, 0}, w, n, rows);
+        const int64_t count = static_cast<int64_t>(n.Bq) * n.Hk * tokens * n.Sk;
+        const cudaError_t e =
+            launch(reduce_key_grads_kernel, LaunchShape{reduce_blocks(count), block_rows, 1, 256, 0}, w, n, rows, table);
         if (e != cudaSuccess) return e;
     }
     if (w.dg.present() || w.dbeta.present()) {
-        const int64_t count = static_cast<int64_t>(n.B) * n.Hv * rows.tokens * (n.gate_width + 1);
-        const cudaError_t e = launch(reduce_gate_grads_kernel, LaunchShape{reduce_blocks(count), 1, 1, 256, 0}, w, n, rows);
+        const int64_t count = static_cast<int64_t>(n.B) * n.Hv * tokens * (n.gate_width + 1);
+        const cudaError_t e =
+            launch(reduce_gate_grads_kernel, LaunchShape{reduce_blocks(count), block_rows, 1, 256, 0}, w, n, rows, table);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;

@@ -20,6 +20,12 @@ struct LaunchShape {
 // state, or dL/dS) goes through the workspace.
 constexpr size_t kWindowBudget = size_t(128) << 20;
 
+// The most workspace one launch chain over a group of packed sequences takes (the per-token
+// backward's checkpoints and partial rows of all its sequences at once); a call with more
+// short sequences than that holds is walked in several groups. 64 requests of 4 tokens at the
+// 27B shape (Hv = 48, Sk = Sv = 128) take 0.63 GB (tests/cuda/workspace_plan_test.cpp).
+constexpr size_t kGroupBudget = size_t(1) << 30;
+
 struct Windows {
     int64_t steps = 1;        // steps of T
     int64_t step_tokens = 1;  // tokens per step
@@ -68,6 +74,7 @@ struct TokenBackwardPlan {
     int slices = 1;             // column slices per (sequence, value head): blocks per unit
     int64_t partial_width = 0;  // floats per token in the partial rows: dq | dk | dg | dbeta
     Windows windows;            // of segments, walked last first
+    int64_t row_tokens = 0;     // partial rows per slice and unit: a window's tokens, or a packed group's
     size_t shared_bytes = 0;    // dynamic shared memory of the column kernel
     // Byte offsets inside the workspace and its total size (SIZE_MAX: too large to allocate).
     size_t checkpoints_offset = 0, sub_checkpoints_offset = 0, carry_offset = 0, partials_offset = 0, bytes = 0;

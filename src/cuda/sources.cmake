@@ -6,4 +6,5 @@ set(GDN_CUDA_SOURCES
   cuda/token_forward.cu
   cuda/chunk_forward.cu
   cuda/token_backward.cu
-  cuda/chunk_backward.cu)
+  cuda/chunk_backward.cu
+  cuda/state_copy.cu)

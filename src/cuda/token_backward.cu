@@ -5,11 +5,13 @@
 
 namespace gdn::cuda {
 
-TokenBackwardPlan plan_token_backward(const Sizes &n, size_t shared_limit) { return make_token_backward_plan(n, shared_limit); }
+TokenBackwardPlan plan_token_backward(const Sizes &n, size_t shared_limit, const SequenceTable &table) {
+    return make_token_backward_plan(n, shared_limit, kWindowBudget, table);
+}
 
 cudaError_t launch_token_backward(const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan, void *workspace,
-                                  const LaunchTarget &target) {
-    return run_token_backward(StreamLauncher{target}, w, n, plan, workspace);
+                                  const SequenceTable &table, const LaunchTarget &target) {
+    return run_token_backward(StreamLauncher{target}, w, n, plan, workspace, table);
 }
 
 }  // namespace gdn::cuda

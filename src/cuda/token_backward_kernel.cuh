@@ -79,19 +79,28 @@ __device__ __forceinline__ float *packed_column(float *base, int64_t unit, int64
     return base + ((unit * rows + row) * n.Sv + j) * n.Sk;
 }
 
+// Blocks (column slice, value head h, sequence z of the table): the sequence walked as a call of
+// its own (sequence_views.h), b = bq = 0 in its views; its checkpoints at unit z Hv + h, its
+// partial rows at unit b Hv + h of the call from row `entry.rows`.
 template <int R>
 __global__ void __launch_bounds__(BackwardShape<R>::warps * 32, 1)
-token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
+token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws, SequenceTable table) {
     constexpr int kWarps = BackwardShape<R>::warps, kColumns = BackwardShape<R>::columns;
     extern __shared__ float shared[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const SequenceEntry entry = sequence_entry(table, call_sizes, blockIdx.z);
+    const BackwardViews w = sequence_views(call, entry, snapshot_step(table, call_sizes));
+    const Sizes n = sequence_sizes(call_sizes, entry);
     float *vec_parts = shared;                            // [3][kWarps][Sk]: dq, dk, dg parts per warp
     float *scalar_parts = shared + 3 * kWarps * n.Sk;     // [2][kWarps]: dbeta, scalar dg
     float *replay = scalar_parts + 2 * kWarps;            // [sub_segment][kWarps * kColumns][Sk]: S_{t-1}
-
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int slice = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int kh = n.key_head(h), bq = n.qk_sequence(b);
-    const int64_t unit = static_cast<int64_t>(b) * n.Hv + h;
+    const int slice = blockIdx.x, h = blockIdx.y, b = 0, bq = 0;
+    const int kh = n.key_head(h);
+    const int64_t unit = static_cast<int64_t>(blockIdx.z) * n.Hv + h;  // of the checkpoints and the carry
+    const int64_t row_unit = static_cast<int64_t>(entry.b) * n.Hv + h, row_units = static_cast<int64_t>(call_sizes.B) * n.Hv;
+    // This sequence's segments (a packed group's are fewer than the plan's, its longest's).
+    const int64_t segments = (n.T + ws.segment - 1) / ws.segment;
+    const int64_t segment_end = ws.segment_end < segments ? ws.segment_end : segments;
     const bool per_channel = n.gate_width != 1;
 
     int column[kColumns];
@@ -109,7 +118,7 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
     float dS[kColumns][R];  // D[:, j]: dL/dS at the current position
     // D enters the last window as zero (d_states is added per token) and any other window as
     // the carry the later window left.
-    const bool last_window = ws.segment_end == ws.segments;
+    const bool last_window = ws.segment_end >= segments;
 #pragma unroll
     for (int c = 0; c < kColumns; ++c) {
 #pragma unroll
@@ -117,7 +126,7 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
         if (!last_window && column_in[c]) load_packed<R>(packed_column(ws.carry, unit, 1, 0, n, column[c]), n.Sk, lane, dS[c]);
     }
     // Segments in reverse (the checkpoints come from the forward kernel, run first).
-    for (int64_t seg = ws.segment_end - 1; seg >= ws.segment_begin; --seg) {
+    for (int64_t seg = segment_end - 1; seg >= ws.segment_begin; --seg) {
         const int64_t t0 = seg * ws.segment, t1 = t0 + ws.segment < n.T ? t0 + ws.segment : n.T;
 
         // The segment forward from its checkpoint: sub-checkpoints.
@@ -183,7 +192,7 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                     const int j = column[c];
                     if (slot_gradient) {
                         float extra[R];
-                        load_column<R>(w.d_states, n.Sk, j, h, slot * n.B + b, lane, extra);
+                        load_column<R>(w.d_states, n.Sk, j, h, slot, lane, extra);  // the view steps between slots
 #pragma unroll
                         for (int r = 0; r < R; ++r) dS[c][r] += extra[r];
                     }
@@ -246,7 +255,7 @@ token_backward_kernel(BackwardViews w, Sizes n, BackwardWorkspace ws) {
                     scalar_parts[kWarps + warp] = dg_scalar;
                 }
                 __syncthreads();
-                float *row = ws.rows.row(slice, unit, static_cast<int64_t>(n.B) * n.Hv, t);
+                float *row = ws.rows.row(slice, row_unit, row_units, entry.rows + t);
                 for (int idx = threadIdx.x; idx < ws.rows.width; idx += blockDim.x) {
                     float sum = 0.0f;
                     if (idx < 2 * n.Sk) {
@@ -283,13 +292,24 @@ inline int backward_warps(int rows) { return rows == 8 ? BackwardShape<8>::warps
 static_assert(BackwardShape<1>::warps == BackwardShape<2>::warps && BackwardShape<2>::warps == BackwardShape<4>::warps,
               "backward_warps assumes one block size for R <= 4");
 
+// Bytes of the partial rows of one token of every value head (and sequence, unpacked).
+inline double token_backward_row_bytes(const Sizes &n) {
+    const int columns = columns_per_block(rows_per_lane(n.Sk));
+    const double slices = (n.Sv + columns - 1) / columns;
+    return 4.0 * slices * static_cast<double>(n.B) * n.Hv * (2.0 * n.Sk + n.gate_width + 1);
+}
+
 // `shared_limit`: the most dynamic shared memory one block may use on this device;
-// `window_budget`: the bytes the partial rows of a window may take.
-inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit, size_t window_budget = kWindowBudget) {
+// `window_budget`: the bytes the partial rows of a window may take. A packed group
+// (table.packed: short sequences of one packed call, formed so that the partial rows of all
+// their tokens fit the budget) is walked in one window, segments sized for its longest.
+inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_limit, size_t window_budget = kWindowBudget,
+                                                  const SequenceTable &table = {}) {
     TokenBackwardPlan plan;
+    const int64_t longest = table.packed ? table.longest : n.T;
     // sqrt(T) balances checkpoints (T/segment) against sub-checkpoints; capped for long inputs.
-    plan.segment = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n.T)))), 1, 128);
-    plan.segments = (n.T + plan.segment - 1) / plan.segment;
+    plan.segment = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(longest)))), 1, 128);
+    plan.segments = (longest + plan.segment - 1) / plan.segment;
     const int rows = rows_per_lane(n.Sk), warps = backward_warps(rows), columns = columns_per_block(rows);
     plan.slices = (n.Sv + columns - 1) / columns;
     plan.partial_width = 2 * static_cast<int64_t>(n.Sk) + n.gate_width + 1;
@@ -301,13 +321,15 @@ inline TokenBackwardPlan make_token_backward_plan(const Sizes &n, size_t shared_
     plan.sub_segments = (plan.segment + plan.sub_segment - 1) / plan.sub_segment;
     plan.shared_bytes = parts + per_token * static_cast<size_t>(plan.sub_segment);
     // Sizes in double first: a product past 2^62 bytes cannot be allocated and must not wrap.
-    const double units = static_cast<double>(n.B) * n.Hv, area = static_cast<double>(n.Sk) * n.Sv;
-    const double row_bytes = 4.0 * plan.slices * units * static_cast<double>(plan.partial_width);  // per token
-    plan.windows = Windows::fit(n.T, plan.segment, row_bytes * static_cast<double>(plan.segment), window_budget);
+    const double units = static_cast<double>(sequence_count(table, n)) * n.Hv, area = static_cast<double>(n.Sk) * n.Sv;
+    const double row_bytes = token_backward_row_bytes(n);  // per token
+    plan.windows = table.packed ? Windows::fit(longest, plan.segment, 1.0, SIZE_MAX)
+                                : Windows::fit(n.T, plan.segment, row_bytes * static_cast<double>(plan.segment), window_budget);
+    plan.row_tokens = table.packed ? table.tokens : plan.windows.per_window * plan.segment;
     const double checkpoints = 4.0 * units * static_cast<double>(plan.segments) * area;
     const double sub_checkpoints = 4.0 * units * static_cast<double>(plan.sub_segments) * area;
     const double carry = plan.windows.count > 1 ? 4.0 * units * area : 0.0;
-    const double partials = row_bytes * static_cast<double>(plan.windows.per_window * plan.segment);
+    const double partials = row_bytes * static_cast<double>(plan.row_tokens);
     if (checkpoints + sub_checkpoints + carry + partials > 0x1p62) {
         plan.bytes = SIZE_MAX;
         return plan;
@@ -330,34 +352,35 @@ inline BackwardWorkspace workspace_of(const TokenBackwardPlan &plan, void *base)
     ws.rows.data = reinterpret_cast<float *>(p + plan.partials_offset);
     ws.rows.width = plan.partial_width;
     ws.rows.slices = plan.slices;
-    ws.rows.capacity = plan.windows.per_window * plan.segment;
+    ws.rows.capacity = plan.row_tokens;
     ws.segment = plan.segment, ws.segments = plan.segments;
     ws.sub_segment = plan.sub_segment, ws.sub_segments = plan.sub_segments;
     return ws;
 }
 
-// Enqueues the per-token backward: the forward writing the checkpoints, then per window of
-// segments (last first) the column kernel and the reductions of its rows.
+// Enqueues the per-token backward of every sequence of `table` (none: the unpacked call's B):
+// the forward writing the checkpoints, then per window of segments (last first) the column
+// kernel and the reductions of its rows; one launch each.
 template <class Launch>
 cudaError_t run_token_backward(const Launch &launch, const BackwardViews &w, const Sizes &n, const TokenBackwardPlan &plan,
-                               void *workspace) {
+                               void *workspace, const SequenceTable &table = {}) {
     BackwardWorkspace ws = workspace_of(plan, workspace);
-    cudaError_t e = run_token_forward(launch, checkpoint_pass(w, ws.checkpoints, ws.segment, ws.segments), n);
+    cudaError_t e = run_token_forward(launch, checkpoint_pass(w, ws.checkpoints, ws.segment, ws.segments), n, table);
     if (e != cudaSuccess) return e;
     const int rows = rows_per_lane(n.Sk);
-    const LaunchShape shape{plan.slices, n.Hv, n.B, backward_warps(rows) * 32, plan.shared_bytes};
+    const LaunchShape shape{plan.slices, n.Hv, sequence_count(table, n), backward_warps(rows) * 32, plan.shared_bytes};
     for (int64_t i = plan.windows.count - 1; i >= 0; --i) {
         const Windows::Range window = plan.windows.range(i, n.T);
         ws.segment_begin = window.begin, ws.segment_end = window.end;
         ws.rows.t_begin = window.t_begin, ws.rows.tokens = window.tokens;
         switch (rows) {
-            case 1: e = launch(token_backward_kernel<1>, shape, w, n, ws); break;
-            case 2: e = launch(token_backward_kernel<2>, shape, w, n, ws); break;
-            case 4: e = launch(token_backward_kernel<4>, shape, w, n, ws); break;
-            default: e = launch(token_backward_kernel<8>, shape, w, n, ws); break;
+            case 1: e = launch(token_backward_kernel<1>, shape, w, n, ws, table); break;
+            case 2: e = launch(token_backward_kernel<2>, shape, w, n, ws, table); break;
+            case 4: e = launch(token_backward_kernel<4>, shape, w, n, ws, table); break;
+            default: e = launch(token_backward_kernel<8>, shape, w, n, ws, table); break;
         }
         if (e != cudaSuccess) return e;
-        if ((e = run_reductions(launch, w, n, ws.rows)) != cudaSuccess) return e;
+        if ((e = run_reductions(launch, w, n, ws.rows, table)) != cudaSuccess) return e;
     }
     return cudaSuccess;
 }

@@ -5,8 +5,8 @@
 
 namespace gdn::cuda {
 
-cudaError_t launch_token_forward(const ForwardViews &w, const Sizes &n, const LaunchTarget &target) {
-    return run_token_forward(StreamLauncher{target}, w, n);
+cudaError_t launch_token_forward(const ForwardViews &w, const Sizes &n, const SequenceTable &table, const LaunchTarget &target) {
+    return run_token_forward(StreamLauncher{target}, w, n, table);
 }
 
 }  // namespace gdn::cuda

@@ -20,6 +20,7 @@
 #endif
 
 #include "cuda/plans.h"
+#include "cuda/sequence_views.h"
 #include "cuda/token_step.cuh"
 
 namespace gdn::cuda {
@@ -103,13 +104,19 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 __device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
+// Blocks (column group, value head h, sequence z of the table): the sequence walked as a call
+// of its own (sequence_views.h), b = bq = 0 in its views.
 template <int V>
-__global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(ForwardViews w, Sizes n) {
+__global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(ForwardViews call, Sizes call_sizes, SequenceTable table) {
     extern __shared__ float shared[];  // two staging buffers
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int quad_lane = lane % 4;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int kh = n.key_head(h), bq = n.qk_sequence(b);
+    const SequenceEntry entry = sequence_entry(table, call_sizes, blockIdx.z);
+    const ForwardViews w = sequence_views(call, entry, snapshot_step(table, call_sizes));
+    const Sizes n = sequence_sizes(call_sizes, entry);
+    const int h = blockIdx.y, b = 0, bq = 0;
+    const int kh = n.key_head(h);
+    const int64_t unit = static_cast<int64_t>(blockIdx.z) * n.Hv + h;  // of the checkpoints
     const int j0 = blockIdx.x * kForwardColumns;
     const int column = warp * kQuadColumns + lane / 4;  // within the block
     const int j = j0 + column;
@@ -157,8 +164,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(Forwa
             const float beta = buf[L.beta(tt)];
             const float v = buf[L.v(tt) + column];  // 0 for a column past Sv (never copied; zeroed)
             if (column_in && w.checkpoints != nullptr && t % w.checkpoint_every == 0) {
-                float *dst = w.checkpoints +
-                             ((static_cast<int64_t>(b) * n.Hv + h) * w.checkpoint_count + t / w.checkpoint_every) * n.Sv * n.Sk +
+                float *dst = w.checkpoints + (unit * w.checkpoint_count + t / w.checkpoint_every) * n.Sv * n.Sk +
                              static_cast<int64_t>(j) * n.Sk;
 #pragma unroll
                 for (int u = 0; u < V; ++u)
@@ -213,7 +219,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(Forwa
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = 16 * u + 4 * quad_lane + e;
-                        if (i < n.Sk) *w.states.at(i, j, h, slot * n.B + b) = s[4 * u + e];
+                        if (i < n.Sk) *w.states.at(i, j, h, slot) = s[4 * u + e];  // the view steps between slots
                     }
             }
         }
@@ -225,20 +231,21 @@ inline int forward_groups(int Sk) { return Sk <= 16 ? 1 : Sk <= 32 ? 2 : Sk <= 6
 
 // Blocks: (column groups of 32, value heads, sequences); dynamic shared memory: two buffers.
 template <int V>
-inline LaunchShape token_forward_shape(const Sizes &n) {
-    return {(n.Sv + kForwardColumns - 1) / kForwardColumns, n.Hv, n.B, kForwardWarps * 32,
+inline LaunchShape token_forward_shape(const Sizes &n, const SequenceTable &table) {
+    return {(n.Sv + kForwardColumns - 1) / kForwardColumns, n.Hv, sequence_count(table, n), kForwardWarps * 32,
             2 * sizeof(float) * static_cast<size_t>(stage_layout<V>(n).floats())};
 }
 
-// Enqueues the per-token forward (launch: a StreamLauncher, or the emulation's launcher).
+// Enqueues the per-token forward of every sequence of `table` (none: the unpacked call's B) in
+// one launch (launch: a StreamLauncher, or the emulation's launcher).
 template <class Launch>
-cudaError_t run_token_forward(const Launch &launch, const ForwardViews &w, const Sizes &n) {
+cudaError_t run_token_forward(const Launch &launch, const ForwardViews &w, const Sizes &n, const SequenceTable &table = {}) {
     switch (forward_groups(n.Sk)) {
-        case 1: return launch(token_forward_kernel<1>, token_forward_shape<1>(n), w, n);
-        case 2: return launch(token_forward_kernel<2>, token_forward_shape<2>(n), w, n);
-        case 4: return launch(token_forward_kernel<4>, token_forward_shape<4>(n), w, n);
-        case 8: return launch(token_forward_kernel<8>, token_forward_shape<8>(n), w, n);
-        default: return launch(token_forward_kernel<16>, token_forward_shape<16>(n), w, n);
+        case 1: return launch(token_forward_kernel<1>, token_forward_shape<1>(n, table), w, n, table);
+        case 2: return launch(token_forward_kernel<2>, token_forward_shape<2>(n, table), w, n, table);
+        case 4: return launch(token_forward_kernel<4>, token_forward_shape<4>(n, table), w, n, table);
+        case 8: return launch(token_forward_kernel<8>, token_forward_shape<8>(n, table), w, n, table);
+        default: return launch(token_forward_kernel<16>, token_forward_shape<16>(n, table), w, n, table);
     }
 }
 

@@ -39,11 +39,12 @@ __device__ __forceinline__ void load_key_rows(const View &q, const View &k, cons
 }
 
 // Column j of a [Sk, Sv, Hv, *] state tensor at (h, index) into registers; zero when absent.
+// Either layout (View::s0): a value-major column is strided, read once per call.
 template <int R>
 __device__ __forceinline__ void load_column(const View &t, int Sk, int j, int h, int64_t index, int lane, float (&col)[R]) {
     const float *src = t.present() ? t.at(0, j, h, index) : nullptr;
 #pragma unroll
-    for (int r = 0; r < R; ++r) col[r] = (src != nullptr && row_in(lane, r, Sk)) ? src[lane + 32 * r] : 0.0f;
+    for (int r = 0; r < R; ++r) col[r] = (src != nullptr && row_in(lane, r, Sk)) ? src[(lane + 32 * r) * t.s0] : 0.0f;
 }
 
 template <int R>
@@ -51,7 +52,7 @@ __device__ __forceinline__ void store_column(const View &t, int Sk, int j, int h
     float *dst = t.at(0, j, h, index);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-        if (row_in(lane, r, Sk)) dst[lane + 32 * r] = col[r];
+        if (row_in(lane, r, Sk)) dst[(lane + 32 * r) * t.s0] = col[r];
 }
 
 // A column of Sk floats in a contiguous workspace buffer (checkpoints, replay).

@@ -1,8 +1,8 @@
 // Packed sequences (cu_seqlens) on the cuda kernels, emulated on CPU threads (fake_cuda.h):
-// each sequence walked by the kernels of an unpacked call on the views of
-// src/cuda/sequence_views.h, as cuda_backend.cu enqueues them (the chunked kernels for
-// sequences of at least 64 tokens where they apply, the per-token ones otherwise), against
-// ref's packed call: out, the states (snapshot slots s*N + n) and every gradient.
+// each sequence walked by launches of its own on the views of src/cuda/sequence_views.h (the
+// chunked kernels for sequences of at least 64 tokens where they apply, the per-token ones
+// otherwise), against ref's packed call: out, the states (snapshot slots s*N + n) and every
+// gradient. (emulated_batch_test.cpp: the short ones in one launch chain, as the backend runs them.)
 #include "fake_cuda.h"
 // The kernels, compiled by the host compiler.
 #include "cuda/chunk_backward_kernel.cuh"
@@ -66,6 +66,15 @@ gdn_problem packed_problem(const Inputs &in, const Packed &p) {
     gdn_problem prob = in.problem();
     prob.cu_seqlens = offsets_tensor(p.offsets);
     return prob;
+}
+
+// Every sequence with tokens as a call of its own.
+template <class Views>
+std::vector<SequenceCall<Views>> sequence_calls(const Views &w, const Sizes &n, const std::vector<int64_t> &offsets) {
+    std::vector<SequenceCall<Views>> calls;
+    const auto step = static_cast<int64_t>(offsets.size()) - 1;
+    for (const SequenceEntry &e : sequence_entries(n, offsets, {})) calls.push_back(sequence_call(w, n, e, step));
+    return calls;
 }
 
 bool chunked(const Sizes &n, bool backward) {

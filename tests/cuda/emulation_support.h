@@ -45,9 +45,45 @@ struct HostTensor {
     }
     View view() const {
         if (data.empty()) return View{};
-        return View{const_cast<float *>(data.data()), t.nb[1] / 4, t.nb[2] / 4, t.nb[3] / 4};
+        return View{const_cast<float *>(data.data()), t.nb[1] / 4, t.nb[2] / 4, t.nb[3] / 4, t.nb[0] / 4};
     }
 };
+
+// Element (i0, i1, i2, i3) of a host tensor, by its strides.
+inline float &element(HostTensor &x, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return x.data[static_cast<size_t>((i0 * x.t.nb[0] + i1 * x.t.nb[1] + i2 * x.t.nb[2] + i3 * x.t.nb[3]) / 4)];
+}
+
+// Calls fn(i0, i1, i2, i3) for every element of a tensor of x's shape.
+template <class Fn>
+void for_each_index(const HostTensor &x, Fn fn) {
+    for (int64_t i3 = 0; i3 < x.t.ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < x.t.ne[2]; ++i2)
+            for (int64_t i1 = 0; i1 < x.t.ne[1]; ++i1)
+                for (int64_t i0 = 0; i0 < x.t.ne[0]; ++i0) fn(i0, i1, i2, i3);
+}
+
+// A state tensor [Sk, Sv, Hv, N] laid out value-major (nb[1] = 4: PyTorch's [..., K, V]), each
+// row of Sv values followed by `pad` floats of `fill`; holding the values of `x` (any layout).
+inline HostTensor value_major(HostTensor x, int64_t pad = 1, float fill = -7.0f) {
+    if (x.data.empty()) return x;
+    const int64_t Sk = x.t.ne[0], Sv = x.t.ne[1], Hv = x.t.ne[2], N = x.t.ne[3], row = Sv + pad;
+    HostTensor v(Sk * row, 1, Hv, N, fill);  // the bytes; shape and strides set below
+    const int64_t ne[4] = {Sk, Sv, Hv, N};
+    const int64_t nb[4] = {4 * row, 4, 4 * row * Sk, 4 * row * Sk * Hv};
+    std::memcpy(v.t.ne, ne, sizeof ne);
+    std::memcpy(v.t.nb, nb, sizeof nb);
+    for_each_index(x, [&](int64_t i, int64_t j, int64_t h, int64_t n) { element(v, i, j, h, n) = element(x, i, j, h, n); });
+    return v;
+}
+
+// x's values in a contiguous key-major tensor (to compare with one of that layout).
+inline HostTensor key_major(HostTensor x) {
+    if (x.data.empty()) return x;
+    HostTensor k(x.t.ne[0], x.t.ne[1], x.t.ne[2], x.t.ne[3]);
+    for_each_index(x, [&](int64_t i, int64_t j, int64_t h, int64_t n) { element(k, i, j, h, n) = element(x, i, j, h, n); });
+    return k;
+}
 
 struct Shape {
     int Sk, Sv, Hk, Hv;

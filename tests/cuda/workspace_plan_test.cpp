@@ -4,6 +4,7 @@
 #include "fake_cuda.h"
 // The kernels' headers, compiled by the host compiler, for their plans.
 #include "cuda/chunk_backward_kernel.cuh"
+#include "cuda/sequence_views.h"
 #include "cuda/token_backward_kernel.cuh"
 #include "emulation_support.h"
 
@@ -102,6 +103,38 @@ TEST(WorkspacePlan, WindowsCoverTheSteps) {
             EXPECT_EQ(next_token, T);
         }
     }
+}
+
+// Serving batches of short packed requests: one group (one launch chain) for 64 requests of
+// up to 4 tokens at the 27B shape, its workspace within kGroupBudget; many longer requests
+// split into groups, each within it, rows restarting per group.
+TEST(WorkspacePlan, PackedGroupsStayWithinTheirBudget) {
+    const Sizes call = qwen35_27b(0, 1);
+    const auto fits = [&](const SequenceTable &g) { return make_token_backward_plan(call, 227 * 1024, kWindowBudget, g).bytes <= kGroupBudget; };
+    for (int64_t length : {1, 4}) {
+        std::vector<SequenceEntry> entries(64);
+        for (size_t i = 0; i < entries.size(); ++i) entries[i].begin = int64_t(i) * length, entries[i].length = length;
+        const std::vector<SequenceGroup> groups = sequence_groups(entries, true, 64, 65535, fits);
+        ASSERT_EQ(groups.size(), 1u) << "T = " << length;
+        EXPECT_EQ(groups[0].table.tokens, 64 * length);
+        EXPECT_EQ(entries.back().rows, 63 * length);
+        // The checkpoints of every sequence of the group (planned before the table is on the device).
+        const TokenBackwardPlan plan = make_token_backward_plan(call, 227 * 1024, kWindowBudget, groups[0].table);
+        const double states = 64.0 * (plan.segments + plan.sub_segments) * state_bytes(call);
+        EXPECT_GE(static_cast<double>(plan.bytes), states);
+    }
+    std::vector<SequenceEntry> entries(1000);
+    for (SequenceEntry &e : entries) e.length = 63;
+    const std::vector<SequenceGroup> groups = sequence_groups(entries, true, 1000, 65535, fits);
+    ASSERT_GT(groups.size(), 1u);
+    int64_t count = 0;
+    for (const SequenceGroup &g : groups) {
+        EXPECT_LE(make_token_backward_plan(call, 227 * 1024, kWindowBudget, g.table).bytes, kGroupBudget);
+        EXPECT_EQ(g.first, static_cast<size_t>(count));
+        EXPECT_EQ(entries[g.first].rows, 0) << "each group's rows start at 0";
+        count += g.table.count;
+    }
+    EXPECT_EQ(count, 1000);
 }
 
 }  // namespace
