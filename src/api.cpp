@@ -104,12 +104,19 @@ gdn::Status create_context(const char *backend, const gdn_context_params &params
 
 namespace {
 
-// The values of cu_seqlens, read by the backend (they may live on a device) and checked.
+// The values of cu_seqlens and state_indices, read by the backend (they may live on a device)
+// and checked.
 template <class Args>
-gdn::Status read_offsets(gdn_context *ctx, Args &args) {
-    if (args.cu_seqlens == nullptr) return {};
-    GDN_TRY(ctx->backend->read_offsets(*args.cu_seqlens, args.offsets));
-    return gdn::validate_offsets(args.dims, args.offsets);
+gdn::Status read_indices(gdn_context *ctx, Args &args) {
+    if (args.cu_seqlens != nullptr) {
+        GDN_TRY(ctx->backend->read_offsets(*args.cu_seqlens, args.offsets));
+        GDN_TRY(gdn::validate_offsets(args.dims, args.offsets));
+    }
+    if (args.state_indices != nullptr) {
+        GDN_TRY(ctx->backend->read_offsets(*args.state_indices, args.state_slots));
+        GDN_TRY(gdn::validate_state_slots(args.dims, args.state_slots));
+    }
+    return {};
 }
 
 // Sequences without tokens compute nothing: their states pass through (core/empty_sequences.h).
@@ -141,7 +148,7 @@ gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor 
         GDN_TRY(check_share(m));
         gdn::ForwardArgs args;
         GDN_TRY(gdn::validate_forward(p, out, states, args));
-        GDN_TRY(read_offsets(ctx, args));
+        GDN_TRY(read_indices(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, false));
         if (!m.compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
         if (gdn::sequences_with_tokens(args.dims, args.offsets) > 0)
@@ -157,7 +164,7 @@ gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor
         GDN_TRY(check_share(m));
         gdn::BackwardArgs args;
         GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
-        GDN_TRY(read_offsets(ctx, args));
+        GDN_TRY(read_indices(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, true));
         const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;
         if (!m.compute || !wanted) return {};  // nothing asked for

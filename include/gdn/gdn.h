@@ -6,13 +6,18 @@
  *     S <- diag(exp(g_t)) S;   d = beta_t (v_t - S^T k_t);   S <- S + k_t d^T;   o_t = scale S^T q_t
  *
  * Tensors are described as in ggml: ne[4] element counts and nb[4] byte strides, innermost
- * first. Rows must be contiguous (nb[0] == element size); the outer strides are free, so q, k
- * and v may be row views into one packed projection buffer.
+ * first. Rows must be contiguous (nb[0] == element size; states may instead have nb[1] ==
+ * element size, see below); the outer strides are free, so q, k and v may be row views into
+ * one packed projection buffer.
  *
  * Coming from PyTorch (Hugging Face, FLA): set head_map = GDN_HEAD_MAP_GROUPED (a zeroed
- * gdn_problem is TILED, ggml's map, and gives silently different results when Hv > Hk), and
- * note that a state [Sk,Sv,Hv,B] here holds S[i][j] at i + j*Sk: the transpose of the
- * row-major [K, V] state of HF/FLA.
+ * gdn_problem is TILED, ggml's map, and gives silently different results when Hv > Hk).
+ *
+ * States ([Sk,Sv,Hv,*]: state, states, d_states, grads.state) are read and written in either
+ * layout, chosen by each tensor's strides: key-major (nb[0] == element size, ggml's layout:
+ * S[i][j] at i + j*Sk) or value-major (nb[1] == element size: PyTorch's [..., K, V] row-major
+ * state of HF/FLA, S[i][j] at i*Sv + j; a contiguous torch [B, H, K, V] tensor is
+ * ne = {K, V, H, B}, nb = {4V, 4, 4KV, 4HKV}). No flag, no copy; the results are the same.
  *
  * Every call validates all of its arguments before it writes anything: on error the outputs
  * are untouched and gdn_last_error(ctx) names the tensor, dimension and values at fault.
@@ -49,7 +54,7 @@ extern "C" {
 #endif
 
 #define GDN_VERSION_MAJOR 0
-#define GDN_VERSION_MINOR 2
+#define GDN_VERSION_MINOR 3
 #define GDN_VERSION_PATCH 0
 /* The version as one comparable number (0.1.0 -> 100, 1.2.3 -> 10203). These macros are the
  * project's one version: CMake and the Python package read theirs from here. */
@@ -93,6 +98,15 @@ typedef struct gdn_problem {              /* the forward's inputs, shared by bot
      * synchronisation; the usual case) or device memory (copied back at the call: the call
      * synchronises with the context's stream once, and cannot be captured in a CUDA graph). */
     gdn_tensor   cu_seqlens;
+    /* State pools (serving); data == NULL: absent. Present: I32 or I64, ne = {B, 1, 1, 1}
+     * ({N, 1, 1, 1} with cu_seqlens), contiguous, in the memory cu_seqlens may use. Then state
+     * is a pool [Sk, Sv, Hv, slots]: sequence n starts from slot state_indices[n] and its final
+     * state goes to slot state_indices[n] of states (K = 1; a pool of as many slots, normally
+     * exactly state: updated in place). A negative index: start from zero, write no state (the
+     * padding entry of a serving batch). Indices that are not negative are distinct and less
+     * than slots. The backward reads state and d_states and writes grads.state the same way,
+     * leaving the slots no sequence names untouched. SPEC section 3.2. */
+    gdn_tensor   state_indices;
 } gdn_problem;
 
 typedef struct gdn_grads { gdn_tensor q, k, v, g, beta, state; } gdn_grads;  /* data == NULL: not wanted */

@@ -24,9 +24,10 @@ public:
     // GDN_ERROR_TYPE or GDN_ERROR_UNSUPPORTED naming the limit, or success.
     virtual Status supports(const Dims &dims, bool backward) const = 0;
 
-    // Copies the validated cu_seqlens tensor (I32 or I64, N + 1 entries) to the host as int64:
-    // its values are checked before the call runs. Host memory by default (core/sequences.h).
-    virtual Status read_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets);
+    // Copies a validated index tensor (cu_seqlens or state_indices: I32 or I64, ne[0] entries) to
+    // the host as int64: its values are checked before the call runs. Host memory by default
+    // (core/sequences.h).
+    virtual Status read_offsets(const gdn_tensor &indices, std::vector<int64_t> &values);
 
     // One state of an empty sequence (core/empty_sequences.h), after the call's other sequences
     // ran. Host memory by default.

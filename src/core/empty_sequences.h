@@ -26,7 +26,12 @@ int64_t sequences_with_tokens(const Dims &d, const std::vector<int64_t> &offsets
 std::vector<StateCopy> empty_sequence_copies(const ForwardArgs &a);
 std::vector<StateCopy> empty_sequence_copies(const BackwardArgs &a);
 
-// The host implementation of Backend::copy_state: strided rows, memcpy or zero fill.
+// Whether two state views keep the same dimension contiguous (both key-major or both value-major;
+// a state with Sk = 1 or Sv = 1 counts as key-major when nb[0] is the element size).
+bool same_layout(const gdn_tensor &a, const gdn_tensor &b);
+
+// The host implementation of Backend::copy_state: strided rows, memcpy or zero fill; element by
+// element between layouts.
 void copy_host_state(const StateCopy &c);
 
 }  // namespace gdn

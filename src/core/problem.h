@@ -20,6 +20,9 @@ struct Dims {
                               // With N > 0: B = Bq = 1, T = total tokens, states index s*N + n
     bool packed = false;      // cu_seqlens given: N sequences, N = 0 included (then T = 0).
                               // Backends see only packed calls with N > 0 (api.cpp)
+    bool pooled = false;      // state_indices given: every state tensor is a pool of `slots`
+    int64_t slots = 0;        // states, read and written at the sequences' indices (K = 1);
+                              // -1 when the call has no state tensor
     int64_t gate_width = 1;   // 1 = GDA (scalar gate), Sk = KDA (per key channel)
     double scale = 1.0;       // resolved: never 0
     gdn_head_map head_map = GDN_HEAD_MAP_TILED;
@@ -50,6 +53,8 @@ struct ForwardArgs {
     const gdn_tensor *states;  // nullptr: not wanted; dims.K slots otherwise
     const gdn_tensor *cu_seqlens = nullptr;  // nullptr: no packed sequences
     std::vector<int64_t> offsets;            // dims.N + 1 host copies of cu_seqlens (validated)
+    const gdn_tensor *state_indices = nullptr;  // nullptr: no pool
+    std::vector<int64_t> state_slots;           // one per sequence (validated; -1: none)
 };
 
 struct BackwardArgs {
@@ -61,6 +66,15 @@ struct BackwardArgs {
     const gdn_tensor *dq, *dk, *dv, *dg, *dbeta, *ds0;  // nullptr: not wanted
     const gdn_tensor *cu_seqlens = nullptr;  // nullptr: no packed sequences
     std::vector<int64_t> offsets;            // dims.N + 1 host copies of cu_seqlens (validated)
+    const gdn_tensor *state_indices = nullptr;  // nullptr: no pool
+    std::vector<int64_t> state_slots;           // one per sequence (validated; -1: none)
 };
+
+// Index (dim 3) of sequence n's state in the call's state tensors: n, or its pool slot (-1: the
+// sequence has no stored state: it starts from zero and writes none).
+template <class Args>
+int64_t state_index(const Args &a, int64_t n) {
+    return a.dims.pooled ? a.state_slots[static_cast<size_t>(n)] : n;
+}
 
 }  // namespace gdn

@@ -7,48 +7,61 @@
 namespace gdn {
 namespace {
 
+// Where one sequence of the call lives in the call's tensors.
 struct Span {
-    int64_t begin, length, index, count;  // tokens [begin, begin + length); sequence index of count
+    int64_t begin, length;     // tokens [begin, begin + length) of dim 2
+    int64_t batch, qk_batch;   // index of dim 3 of v-like and of q/k tensors (0 when packed)
+    int64_t state;             // index of dim 3 of the state tensors; -1: none (a pool's negative index)
+    int64_t slot_stride;       // snapshot slot s of the sequence at index s * slot_stride + state
 };
 
-Span span_of(const std::vector<int64_t> &offsets, int64_t n) {
-    return {offsets[n], offsets[n + 1] - offsets[n], n, static_cast<int64_t>(offsets.size()) - 1};
+// Sequence n of a packed call (by cu_seqlens) or of a pooled call (by batch index).
+template <class Args>
+Span span_of(const Args &a, int64_t n) {
+    const Dims &d = a.dims;
+    if (d.packed) return {a.offsets[n], a.offsets[n + 1] - a.offsets[n], 0, 0, state_index(a, n), d.N};
+    return {0, d.T, n, d.qk_sequence(n), state_index(a, n), d.B};
 }
 
-// Tokens of the sequence: the packed stream has ne[3] = 1.
-const gdn_tensor *token_view(const gdn_tensor *packed, const Span &s, gdn_tensor &view) {
-    if (packed == nullptr) return nullptr;
-    view = *packed;
-    view.data = static_cast<char *>(packed->data) + s.begin * packed->nb[2];
+bool has_tokens(const Span &s) { return s.length > 0; }
+
+// The sequence's tokens of a q/k (qk = true) or v-like tensor.
+const gdn_tensor *token_view(const gdn_tensor *whole, const Span &s, bool qk, gdn_tensor &view) {
+    if (whole == nullptr) return nullptr;
+    view = *whole;
+    view.data = static_cast<char *>(whole->data) + s.begin * whole->nb[2] + (qk ? s.qk_batch : s.batch) * whole->nb[3];
     view.ne[2] = s.length;
-    return &view;
-}
-
-// The sequence's state: index n of dim 3.
-const gdn_tensor *state_view(const gdn_tensor *packed, const Span &s, gdn_tensor &view) {
-    if (packed == nullptr) return nullptr;
-    view = *packed;
-    view.data = static_cast<char *>(packed->data) + s.index * packed->nb[3];
     view.ne[3] = 1;
     return &view;
 }
 
-// The sequence's K snapshot slots: indices s*N + n of dim 3.
-const gdn_tensor *slots_view(const gdn_tensor *packed, const Span &s, int64_t K, gdn_tensor &view) {
-    if (packed == nullptr) return nullptr;
-    view = *packed;
-    view.data = static_cast<char *>(packed->data) + s.index * packed->nb[3];
-    view.ne[3] = K;
-    if (K > 1) view.nb[3] = packed->nb[3] * s.count;
+// The sequence's state (or its pool slot).
+const gdn_tensor *state_view(const gdn_tensor *whole, const Span &s, gdn_tensor &view) {
+    if (whole == nullptr || s.state < 0) return nullptr;
+    view = *whole;
+    view.data = static_cast<char *>(whole->data) + s.state * whole->nb[3];
+    view.ne[3] = 1;
     return &view;
 }
 
-Dims sequence_dims(const Dims &packed, const Span &s) {
-    Dims d = packed;
+// The sequence's K snapshot slots: indices s * slot_stride + state of dim 3.
+const gdn_tensor *slots_view(const gdn_tensor *whole, const Span &s, int64_t K, gdn_tensor &view) {
+    if (whole == nullptr || s.state < 0) return nullptr;
+    view = *whole;
+    view.data = static_cast<char *>(whole->data) + s.state * whole->nb[3];
+    view.ne[3] = K;
+    if (K > 1) view.nb[3] = whole->nb[3] * s.slot_stride;
+    return &view;
+}
+
+Dims sequence_dims(const Dims &whole, const Span &s) {
+    Dims d = whole;
     d.T = s.length;
     d.B = d.Bq = 1;
     d.N = 0;
     d.packed = false;
+    d.pooled = false;
+    d.slots = 0;
     return d;
 }
 
@@ -76,61 +89,65 @@ void read_host_offsets(const gdn_tensor &t, std::vector<int64_t> &offsets) {
     }
 }
 
-Status Backend::read_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets) {
-    read_host_offsets(cu_seqlens, offsets);
+Status Backend::read_offsets(const gdn_tensor &indices, std::vector<int64_t> &values) {
+    read_host_offsets(indices, values);
     return {};
 }
 
 SequenceForward::SequenceForward(const ForwardArgs &a, int64_t n) {
-    const Span s = span_of(a.offsets, n);
+    const Span s = span_of(a, n);
     args_.dims = sequence_dims(a.dims, s);
-    args_.q = token_view(a.q, s, q_);
-    args_.k = token_view(a.k, s, k_);
-    args_.v = token_view(a.v, s, v_);
-    args_.g = token_view(a.g, s, g_);
-    args_.beta = token_view(a.beta, s, beta_);
+    args_.q = token_view(a.q, s, true, q_);
+    args_.k = token_view(a.k, s, true, k_);
+    args_.v = token_view(a.v, s, false, v_);
+    args_.g = token_view(a.g, s, false, g_);
+    args_.beta = token_view(a.beta, s, false, beta_);
     args_.s0 = state_view(a.s0, s, s0_);
-    args_.out = token_view(a.out, s, out_);
+    args_.out = token_view(a.out, s, false, out_);
     args_.states = slots_view(a.states, s, a.dims.K, states_);
 }
 
 SequenceBackward::SequenceBackward(const BackwardArgs &a, int64_t n) {
-    const Span s = span_of(a.offsets, n);
+    const Span s = span_of(a, n);
     args_.dims = sequence_dims(a.dims, s);
-    args_.q = token_view(a.q, s, q_);
-    args_.k = token_view(a.k, s, k_);
-    args_.v = token_view(a.v, s, v_);
-    args_.g = token_view(a.g, s, g_);
-    args_.beta = token_view(a.beta, s, beta_);
+    args_.q = token_view(a.q, s, true, q_);
+    args_.k = token_view(a.k, s, true, k_);
+    args_.v = token_view(a.v, s, false, v_);
+    args_.g = token_view(a.g, s, false, g_);
+    args_.beta = token_view(a.beta, s, false, beta_);
     args_.s0 = state_view(a.s0, s, s0_);
-    args_.d_out = token_view(a.d_out, s, d_out_);
+    args_.d_out = token_view(a.d_out, s, false, d_out_);
     args_.d_states = slots_view(a.d_states, s, a.dims.K, d_states_);
-    args_.dq = token_view(a.dq, s, dq_);
-    args_.dk = token_view(a.dk, s, dk_);
-    args_.dv = token_view(a.dv, s, dv_);
-    args_.dg = token_view(a.dg, s, dg_);
-    args_.dbeta = token_view(a.dbeta, s, dbeta_);
+    args_.dq = token_view(a.dq, s, true, dq_);
+    args_.dk = token_view(a.dk, s, true, dk_);
+    args_.dv = token_view(a.dv, s, false, dv_);
+    args_.dg = token_view(a.dg, s, false, dg_);
+    args_.dbeta = token_view(a.dbeta, s, false, dbeta_);
     args_.ds0 = state_view(a.ds0, s, ds0_);
 }
 
-std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &packed, std::deque<SequenceForward> &storage) {
+namespace {
+
+template <class Sequence, class Args>
+std::vector<const Args *> split(const Args &whole, std::deque<Sequence> &storage) {
     storage.clear();
-    if (!packed.dims.packed) return {&packed};
-    std::vector<const ForwardArgs *> calls;
-    calls.reserve(static_cast<size_t>(packed.dims.N));
-    for (int64_t n = 0; n < packed.dims.N; ++n)
-        if (packed.offsets[n + 1] > packed.offsets[n]) calls.push_back(&storage.emplace_back(packed, n).args());
+    const Dims &d = whole.dims;
+    if (!d.packed && !d.pooled) return {&whole};
+    std::vector<const Args *> calls;
+    calls.reserve(static_cast<size_t>(d.state_sequences()));
+    for (int64_t n = 0; n < d.state_sequences(); ++n)
+        if (has_tokens(span_of(whole, n))) calls.push_back(&storage.emplace_back(whole, n).args());
     return calls;
 }
 
-std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &packed, std::deque<SequenceBackward> &storage) {
-    storage.clear();
-    if (!packed.dims.packed) return {&packed};
-    std::vector<const BackwardArgs *> calls;
-    calls.reserve(static_cast<size_t>(packed.dims.N));
-    for (int64_t n = 0; n < packed.dims.N; ++n)
-        if (packed.offsets[n + 1] > packed.offsets[n]) calls.push_back(&storage.emplace_back(packed, n).args());
-    return calls;
+}  // namespace
+
+std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &whole, std::deque<SequenceForward> &storage) {
+    return split(whole, storage);
+}
+
+std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &whole, std::deque<SequenceBackward> &storage) {
+    return split(whole, storage);
 }
 
 Dims longest(const std::vector<const ForwardArgs *> &calls) { return longest_of(calls); }

@@ -1,9 +1,11 @@
-// Packed variable-length sequences (docs/VARLEN.md): one call on a packed stream of N sequences
-// seen as N calls, each on strided views of the packed tensors. Sequence n is tokens
-// [offsets[n], offsets[n+1]) of q/k/v/g/beta/out and their gradients, index n of the states
-// (state, grads.state), and indices s*N + n of the snapshot tensors (states, d_states). Its
-// Dims have B = Bq = 1, N = 0 and T = its length, so every driver that runs an unpacked call
-// runs a sequence unchanged, and a packed call gives the same bits as the per-sequence calls.
+// Packed variable-length sequences (docs/VARLEN.md) and state pools (SPEC section 3.2): one call
+// on N packed sequences, or on B sequences whose states sit in pool slots, seen as one call per
+// sequence on strided views. Sequence n is tokens [offsets[n], offsets[n+1]) of q/k/v/g/beta/out
+// and their gradients (packed) or index n of their dim 3 (pooled, unpacked); its state is index
+// n of the state tensors, or its pool slot (absent for a negative index), and its snapshot slots
+// indices s*N + n. Its Dims have B = Bq = 1, N = 0, no pool and T = its length, so every driver
+// that runs an unpacked call runs a sequence unchanged, and a packed or pooled call gives the
+// same bits as the per-sequence calls.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,7 @@
 
 namespace gdn {
 
-// Reads cu_seqlens (I32 or I64, host memory) as int64: what Backend::read_offsets does by default.
+// Reads an index tensor (I32 or I64, host memory) as int64: what Backend::read_offsets does by default.
 void read_host_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets);
 
 // The views of one sequence own the tensors the args point to: not copyable, not movable.
@@ -42,8 +44,8 @@ private:
     BackwardArgs args_;
 };
 
-// The calls a packed call is made of: its sequences that have tokens (api.cpp moves the states
-// of the empty ones), or the call itself when it is not packed. The list points into `storage`
+// The calls a packed or pooled call is made of: its sequences that have tokens (api.cpp moves
+// the states of the empty ones), or the call itself when it is neither. The list points into `storage`
 // (and into `packed`), which must outlive it.
 std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &packed, std::deque<SequenceForward> &storage);
 std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &packed, std::deque<SequenceBackward> &storage);

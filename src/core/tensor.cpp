@@ -55,18 +55,20 @@ ByteRange byte_range(const gdn_tensor &t) {
 
 namespace {
 
-// The tensor as rows: each row is ne[0] contiguous elements, `row_bytes` long; row starts are
-// base + sum over d in 1..3 of i_d * nb[d].
+// The tensor as rows: each row is the contiguous dimension's elements (dim 0, or dim 1 of a
+// value-major state), `row_bytes` long; row starts are base + sum over the other three
+// dimensions of i_d * nb[d].
 struct Rows {
     uintptr_t base;
     int64_t row_bytes;
-    std::array<int64_t, 3> count;   // ne[1..3]
-    std::array<int64_t, 3> stride;  // nb[1..3]
+    std::array<int64_t, 3> count;   // ne of the other dimensions
+    std::array<int64_t, 3> stride;  // nb of the other dimensions
 };
 
 Rows rows_of(const gdn_tensor &t) {
-    return {reinterpret_cast<uintptr_t>(t.data), t.ne[0] * static_cast<int64_t>(type_size(t.type)),
-            {t.ne[1], t.ne[2], t.ne[3]}, {t.nb[1], t.nb[2], t.nb[3]}};
+    const int row = keys_contiguous(t) || t.nb[1] != static_cast<int64_t>(type_size(t.type)) ? 0 : 1, other = 1 - row;
+    return {reinterpret_cast<uintptr_t>(t.data), t.ne[row] * static_cast<int64_t>(type_size(t.type)),
+            {t.ne[other], t.ne[2], t.ne[3]}, {t.nb[other], t.nb[2], t.nb[3]}};
 }
 
 // With the outer dimensions sorted by stride, each stride at least the span of the dimensions

@@ -15,6 +15,10 @@ const char *type_name(gdn_type type);
 
 inline bool present(const gdn_tensor *t) { return t != nullptr && t->data != nullptr; }
 
+// Whether dim 0 is the contiguous one (nb[0] == element size). Every tensor's rows are, except
+// a value-major state ([Sk, Sv, Hv, *] with nb[1] == element size: PyTorch's [..., K, V]).
+inline bool keys_contiguous(const gdn_tensor &t) { return t.nb[0] == static_cast<int64_t>(type_size(t.type)); }
+
 // Number of elements (0 when a count is 0), or -1 when a count is negative or the product
 // overflows int64.
 int64_t element_count(const gdn_tensor &t);
@@ -30,6 +34,8 @@ ByteRange byte_range(const gdn_tensor &t);
 // (non-negative ne and positive nb assumed).
 int64_t byte_span(const gdn_tensor &t);
 
+// The overlap tests see a tensor as rows along its contiguous dimension: dim 0, or dim 1 for a
+// value-major state (then dims 0 and 1 trade places; the bytes are the same).
 // True when two distinct elements of t share a byte (never for an empty tensor).
 bool self_overlaps(const gdn_tensor &t);
 

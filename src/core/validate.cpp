@@ -1,9 +1,11 @@
 #include "core/validate.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -30,8 +32,12 @@ struct Named {
     const gdn_tensor *tensor;
 };
 
+// Which dimension of a tensor must be contiguous: dim 0 (every tensor's rows), or, for a state
+// tensor, dim 0 (key-major, ggml's) or dim 1 (value-major, PyTorch's [..., K, V]).
+enum class Rows { keys, keys_or_values };
+
 // Type, counts and strides of one tensor on its own.
-Status check_tensor(const Named &t) {
+Status check_tensor(const Named &t, Rows rows = Rows::keys) {
     const gdn_tensor &x = *t.tensor;
     if (!is_type(stored_value(x.type)))
         return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.type = %d is not a gdn_type", t.name, stored_value(x.type));
@@ -43,15 +49,19 @@ Status check_tensor(const Named &t) {
                     t.name, x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
     if (element_count(x) == 0) return {};  // nothing is addressed, so no stride can be wrong
     const auto elem = static_cast<int64_t>(type_size(x.type));
-    if (x.nb[0] != elem)
+    if (rows == Rows::keys && x.nb[0] != elem)
         return fail(GDN_ERROR_LAYOUT, "%s.nb[0] = %" PRId64 ": rows must be contiguous (nb[0] = %" PRId64 " for %s)",
                     t.name, x.nb[0], elem, type_name(x.type));
-    for (int d = 1; d < 4; ++d)
+    if (rows == Rows::keys_or_values && x.nb[0] != elem && x.nb[1] != elem)
+        return fail(GDN_ERROR_LAYOUT, "%s.nb = [%" PRId64 ", %" PRId64 ", ...]: a state is contiguous over the key index (nb[0] = %" PRId64
+                    ", ggml's layout) or over the value index (nb[1] = %" PRId64 ", PyTorch's [..., K, V])",
+                    t.name, x.nb[0], x.nb[1], elem, elem);
+    for (int d = 0; d < 4; ++d)
         if (x.nb[d] <= 0)
             return fail(GDN_ERROR_LAYOUT, "%s.nb[%d] = %" PRId64 ": strides must be positive", t.name, d, x.nb[d]);
     // Elements must be aligned to their size: a misaligned float or double load is undefined
     // behaviour in C++ and a fault on a GPU.
-    for (int d = 1; d < 4; ++d)
+    for (int d = 0; d < 4; ++d)
         if (x.nb[d] % elem != 0)
             return fail(GDN_ERROR_LAYOUT, "%s.nb[%d] = %" PRId64 " is not a multiple of the element size %" PRId64 " (%s)",
                         t.name, d, x.nb[d], elem, type_name(x.type));
@@ -81,17 +91,24 @@ Status check_same_type(const Named &t, gdn_type type) {
     return {};
 }
 
+// An index tensor (cu_seqlens, state_indices): I32 or I64, ne = {count, 1, 1, 1}, contiguous.
+Status check_index_tensor(const Named &t, const char *what, const char *count) {
+    const gdn_tensor &x = *t.tensor;
+    GDN_TRY(check_tensor(t));
+    if (!is_integer_type(x.type))
+        return fail(GDN_ERROR_TYPE, "%s.type = %s: %s are I32 or I64", t.name, type_name(x.type), what);
+    if (x.ne[1] != 1 || x.ne[2] != 1 || x.ne[3] != 1)
+        return fail(GDN_ERROR_SHAPE, "%s.ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] must be [%s, 1, 1, 1]",
+                    t.name, x.ne[0], x.ne[1], x.ne[2], x.ne[3], count);
+    return {};
+}
+
 // N from the offsets tensor of packed sequences (docs/VARLEN.md): its type, shape and layout,
 // and the one packed stream it implies (B = Bq = 1). Its values are checked by
 // validate_offsets once the backend has read them.
 Status resolve_packed_sequences(const Named &t, Dims &d) {
     const gdn_tensor &x = *t.tensor;
-    GDN_TRY(check_tensor(t));
-    if (!is_integer_type(x.type))
-        return fail(GDN_ERROR_TYPE, "cu_seqlens.type = %s: the offsets of packed sequences are I32 or I64", type_name(x.type));
-    if (x.ne[1] != 1 || x.ne[2] != 1 || x.ne[3] != 1)
-        return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne = [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] must be [N+1, 1, 1, 1]",
-                    x.ne[0], x.ne[1], x.ne[2], x.ne[3]);
+    GDN_TRY(check_index_tensor(t, "the offsets of packed sequences", "N+1"));
     if (x.ne[0] < 1)
         return fail(GDN_ERROR_SHAPE, "cu_seqlens.ne[0] = 0: N + 1 offsets need at least one (N = 0 sequences: {0})");
     if (d.B != 1 || d.Bq != 1)
@@ -99,6 +116,26 @@ Status resolve_packed_sequences(const Named &t, Dims &d) {
                     d.Bq, d.B);
     d.N = x.ne[0] - 1;
     d.packed = true;
+    return {};
+}
+
+// A pool's state tensor, [Sk, Sv, Hv, slots]: the first one seen sets the call's slot count,
+// every other pool of the call has as many (section 3.2).
+Status check_pool(const Named &t, Dims &d) {
+    if (!d.pooled) return {};
+    if (d.slots < 0) d.slots = t.tensor->ne[3];
+    return check_shape(t, d.Sk, d.Sv, d.Hv, d.slots, "with state_indices the state tensors are pools [Sk, Sv, Hv, slots] of one size");
+}
+
+// The state pool's index tensor: one index per sequence (its values are checked by
+// validate_state_slots once the backend has read them).
+Status resolve_state_indices(const Named &t, Dims &d) {
+    GDN_TRY(check_index_tensor(t, "state pool indices", "sequences"));
+    if (t.tensor->ne[0] != d.state_sequences())
+        return fail(GDN_ERROR_SHAPE, "state_indices.ne[0] = %" PRId64 " but there are %" PRId64 " sequences (%s): one index per sequence",
+                    t.tensor->ne[0], d.state_sequences(), d.packed ? "N, from cu_seqlens" : "B = v.ne[3]");
+    d.pooled = true;
+    d.slots = -1;  // set by the first pool seen (check_pool)
     return {};
 }
 
@@ -111,8 +148,11 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
         return fail(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is not a gdn_head_map", head_map);
     if (!std::isfinite(p->scale)) return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g is not finite", p->scale);
     inputs = {q, k, v, g, beta};
-    if (p->state.data != nullptr) inputs.push_back({"state", &p->state});
     for (const Named &t : inputs) GDN_TRY(check_tensor(t));
+    if (p->state.data != nullptr) {
+        inputs.push_back({"state", &p->state});
+        GDN_TRY(check_tensor(inputs.back(), Rows::keys_or_values));
+    }
     // An input with no elements is never read, so it may have no memory (torch gives such
     // tensors a NULL data pointer); a NULL optional input still means "absent".
     for (const Named &t : {q, k, v, g, beta})
@@ -162,15 +202,27 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
         GDN_TRY(resolve_packed_sequences(offsets, d));
         inputs.push_back(offsets);
     }
+    if (p->state_indices.data != nullptr) {
+        const Named indices{"state_indices", &p->state_indices};
+        GDN_TRY(resolve_state_indices(indices, d));
+        inputs.push_back(indices);
+    }
     if (p->state.data != nullptr) {
-        if (d.packed) GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, state is [Sk, Sv, Hv, N]"));
-        else GDN_TRY(check_shape({"state", &p->state}, d.Sk, d.Sv, d.Hv, d.B, "state is [Sk, Sv, Hv, B]"));
+        const Named state{"state", &p->state};
+        if (d.pooled) GDN_TRY(check_pool(state, d));
+        else if (d.packed) GDN_TRY(check_shape(state, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, state is [Sk, Sv, Hv, N]"));
+        else GDN_TRY(check_shape(state, d.Sk, d.Sv, d.Hv, d.B, "state is [Sk, Sv, Hv, B]"));
     }
     return {};
 }
 
-// K from a states-shaped tensor [Sk, Sv, Hv, B*K] (N*K with packed sequences).
+// K from a states-shaped tensor [Sk, Sv, Hv, B*K] (N*K with packed sequences; a pool with K = 1
+// under state_indices).
 Status resolve_slots(const Named &t, Dims &d) {
+    if (d.pooled) {
+        d.K = 1;
+        return check_pool(t, d);
+    }
     if (d.state_sequences() == 0) {  // no sequences: no slots either, whatever K the caller meant
         d.K = 1;
         return check_shape(t, d.Sk, d.Sv, d.Hv, 0, "with no sequences, states are [Sk, Sv, Hv, 0]");
@@ -241,7 +293,7 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
     const gdn_tensor *in_place = nullptr;
     if (present(states)) {
         const Named s{"states", states};
-        GDN_TRY(check_tensor(s));
+        GDN_TRY(check_tensor(s, Rows::keys_or_values));
         GDN_TRY(check_same_type(s, d.type));
         GDN_TRY(resolve_slots(s, d));
         outputs.push_back(s);
@@ -249,7 +301,7 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
     }
     GDN_TRY(check_aliasing(inputs, outputs, in_place, &p->state));
     args = ForwardArgs{d, &p->q, &p->k, &p->v, &p->g, &p->beta, if_present(&p->state), if_present(out), if_present(states),
-                       if_present(&p->cu_seqlens), {}};
+                       if_present(&p->cu_seqlens), {}, if_present(&p->state_indices), {}};
     return {};
 }
 
@@ -268,7 +320,7 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
     }
     if (present(d_states)) {
         const Named t{"d_states", d_states};
-        GDN_TRY(check_tensor(t));
+        GDN_TRY(check_tensor(t, Rows::keys_or_values));
         GDN_TRY(check_same_type(t, d.type));
         GDN_TRY(resolve_slots(t, d));
         inputs.push_back(t);
@@ -280,13 +332,14 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
     for (int i = 0; i < 6; ++i) {
         const Named &t = wanted[i];
         if (!present(t.tensor)) continue;
-        GDN_TRY(check_tensor(t));
+        GDN_TRY(check_tensor(t, shape_of[i] != nullptr ? Rows::keys : Rows::keys_or_values));
         GDN_TRY(check_same_type(t, d.type));
         if (shape_of[i] != nullptr) {
             const int64_t *ne = shape_of[i]->ne;
             GDN_TRY(check_shape(t, ne[0], ne[1], ne[2], ne[3], "a gradient has the shape of its input"));
         } else {
-            if (d.packed) GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, the state gradient is [Sk, Sv, Hv, N]"));
+            if (d.pooled) GDN_TRY(check_pool(t, d));
+            else if (d.packed) GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.N, "with cu_seqlens, the state gradient is [Sk, Sv, Hv, N]"));
             else GDN_TRY(check_shape(t, d.Sk, d.Sv, d.Hv, d.B, "the state gradient is [Sk, Sv, Hv, B]"));
         }
         outputs.push_back(t);
@@ -308,6 +361,8 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
                         if_present(&grads->beta),
                         if_present(&grads->state),
                         if_present(&p->cu_seqlens),
+                        {},
+                        if_present(&p->state_indices),
                         {}};
     return {};
 }
@@ -328,6 +383,28 @@ Status validate_offsets(const Dims &d, const std::vector<int64_t> &offsets) {
     if (offsets[d.N] != d.T)
         return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " but the last offset must be q.ne[2] = %" PRId64 " (tokens)",
                     d.N, offsets[d.N], d.T);
+    return {};
+}
+
+Status validate_state_slots(const Dims &d, std::vector<int64_t> &slots) {
+    if (static_cast<int64_t>(slots.size()) != d.state_sequences())
+        return fail(GDN_ERROR_BACKEND, "internal error: %zu state indices read for %" PRId64 " sequences", slots.size(), d.state_sequences());
+    for (size_t n = 0; n < slots.size(); ++n) {
+        if (slots[n] < 0) slots[n] = -1;
+        if (d.slots >= 0 && slots[n] >= d.slots)  // slots < 0: the call has no state tensor to index
+            return fail(GDN_ERROR_SHAPE, "state_indices[%zu] = %" PRId64 " but the pool has %" PRId64 " slots (ne[3] of the state tensors)",
+                        n, slots[n], d.slots);
+    }
+    // Two sequences on one slot would both write it: sorted (slot, sequence) pairs find them.
+    std::vector<std::pair<int64_t, size_t>> named;
+    named.reserve(slots.size());
+    for (size_t n = 0; n < slots.size(); ++n)
+        if (slots[n] >= 0) named.emplace_back(slots[n], n);
+    std::sort(named.begin(), named.end());
+    for (size_t i = 1; i < named.size(); ++i)
+        if (named[i].first == named[i - 1].first)
+            return fail(GDN_ERROR_ALIAS, "state_indices[%zu] = state_indices[%zu] = %" PRId64 ": two sequences cannot share a pool slot",
+                        named[i - 1].second, named[i].second, named[i].first);
     return {};
 }
 

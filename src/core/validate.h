@@ -14,7 +14,11 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
 Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                          const gdn_grads *grads, BackwardArgs &args);
 
-// The values of cu_seqlens (read to the host by the backend): 0, strictly increasing, T last.
+// The values of cu_seqlens (read to the host by the backend): 0 first, non-decreasing, T last.
 Status validate_offsets(const Dims &dims, const std::vector<int64_t> &offsets);
+
+// The values of state_indices (read to the host by the backend): each below the pool's slot
+// count, the non-negative ones distinct. Negative indices become -1.
+Status validate_state_slots(const Dims &dims, std::vector<int64_t> &slots);
 
 }  // namespace gdn

@@ -80,14 +80,27 @@ struct TokenBuffers {
     }
 };
 
-// A state [Sk, Sv] of unit (b, h) inside a [Sk, Sv, Hv, *] tensor, at dim-3 index `index`.
+// A state [Sk, Sv] of unit (b, h) inside a [Sk, Sv, Hv, *] tensor, at dim-3 index `index`, in
+// either layout (SPEC section 3); st holds S[i][j] at i + j * Sk.
 template <class In, class Acc>
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, Acc *st) {
-    for (int64_t j = 0; j < d.Sv; ++j) load<In>(element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
+    for (int64_t j = 0; j < d.Sv; ++j) {
+        if (keys_contiguous(t)) {
+            load<In>(element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
+        } else {
+            for (int64_t i = 0; i < d.Sk; ++i) load<In>(element_ptr(t, i, j, h, index), 1, st + j * d.Sk + i);
+        }
+    }
 }
 template <class In, class Acc>
 void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const Acc *st) {
-    for (int64_t j = 0; j < d.Sv; ++j) store<In>(element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
+    for (int64_t j = 0; j < d.Sv; ++j) {
+        if (keys_contiguous(t)) {
+            store<In>(element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
+        } else {
+            for (int64_t i = 0; i < d.Sk; ++i) store<In>(element_ptr(t, i, j, h, index), 1, st + j * d.Sk + i);
+        }
+    }
 }
 
 template <class In, class Acc>
