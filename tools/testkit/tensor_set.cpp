@@ -107,7 +107,7 @@ std::string TensorSet::changed_outside_views() const {
         for (const auto &[name, v] : views_) {
             if (v.buffer != static_cast<int>(bi)) continue;
             const gdn_tensor t = host(name);
-            const auto es = static_cast<size_t>(t.nb[0]);
+            const size_t es = element_size();
             for_each_element(t, [&](const uint8_t *p) {
                 const size_t at = static_cast<size_t>(p - b.storage.data());
                 for (size_t k = 0; k < es; ++k) covered[at + k] = true;
