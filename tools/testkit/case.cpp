@@ -542,19 +542,16 @@ void serving_group(std::vector<Case> &out) {
         add_both_ops(out, pooled(s, StateLayout::ValueMajor, 5, SlotPattern::Negative, true));
     }
     {
-        Shape s;  // finite differences (grad) of every gradient of a pool, small as the fd group's
+        Shape s;  // small as the fd group's: grad's finite differences sample most elements
         s.Sk = s.Sv = 4;
         s.Hk = 2;
         s.Hv = 4;
         s.T = 9;
         s.B = s.Bq = 4;
-        Case c = pooled(s, StateLayout::ValueMajor, 7, SlotPattern::Negative, false);
-        c.group = "fd";
-        add_both_ops(out, c);
+        add_both_ops(out, pooled(s, StateLayout::ValueMajor, 7, SlotPattern::Negative, false));
         s.T = 13;
         s.B = s.Bq = 1;
-        c = serving(s, StateLayout::Mixed, true);
-        c.group = "fd";
+        Case c = serving(s, StateLayout::Mixed, true);
         c.pack(4);
         c.use_pool(6, SlotPattern::Shuffled, GDN_TYPE_I32);
         add_both_ops(out, c);
