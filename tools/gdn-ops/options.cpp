@@ -260,10 +260,13 @@ std::vector<testkit::Case> select_cases(const Options &o) {
     std::vector<testkit::Case> all;
     if (o.model) {
         const ModelShape &m = *o.model;
-        // perf: decoding, short inputs (speculative decoding, small prefills), and prefill.
+        // perf: decoding, short inputs (speculative decoding, small prefills), and prefill; and
+        // serving decode, batches of requests in a state pool.
         const std::vector<int64_t> tokens = perf_cases ? std::vector<int64_t>{1, 4, 16, 64, 512, 4096}
                                                        : std::vector<int64_t>{1, 64, 130};
         all = testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, tokens, "model");
+        if (perf_cases)
+            for (const testkit::Case &c : testkit::serving_decode_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, "model")) all.push_back(c);
         for (testkit::Case &c : all) c.heads = m.heads;
     } else {
         all = perf_cases ? testkit::perf_cases() : testkit::default_cases();

@@ -589,12 +589,16 @@ std::vector<Case> perf_cases() {
         c.pack(64);
         out.push_back(c);
     }
-    // Serving decode (docs/PERF.md): requests of one token (decoding) and four (speculative
-    // decoding) whose value-major states are updated in place in a pool with twice as many slots,
-    // at shuffled indices: the traffic is the named slots' states, read and written once.
+    for (const Case &c : serving_decode_cases("qwen3.5-27b", 128, 128, 16, 48, "perf")) out.push_back(c);
+    return out;
+}
+
+std::vector<Case> serving_decode_cases(const std::string &model, int64_t Sk, int64_t Sv, int64_t Hk, int64_t Hv,
+                                       const std::string &group) {
+    std::vector<Case> out;
     for (int64_t T : {1, 4})
         for (int64_t requests : {1, 16, 64})
-            for (Case c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {T}, "perf")) {
+            for (Case c : model_cases(model, Sk, Sv, Hk, Hv, {T}, group)) {
                 if (c.op != Op::Forward) continue;
                 c.shape.B = c.shape.Bq = requests;
                 c.state_layout = StateLayout::ValueMajor;

@@ -110,6 +110,13 @@ std::vector<Case> default_cases();
 // value-major states are updated in place in a pool.
 std::vector<Case> perf_cases();
 
+// Serving decode at a model's shape (forward): 1, 16 and 64 requests of 1 token (decoding) and 4
+// (speculative decoding), whose value-major states are updated in place in a pool of twice as
+// many slots at shuffled indices, as a server's cache is: the traffic is the requests' states,
+// read and written once.
+std::vector<Case> serving_decode_cases(const std::string &model, int64_t Sk, int64_t Sv, int64_t Hk, int64_t Hv,
+                                       const std::string &group);
+
 // Model-shape cases (q/k/v as views into the packed conv buffer) for a model with these sizes,
 // at a few token counts: what --preset and --gguf run.
 std::vector<Case> model_cases(const std::string &model, int64_t Sk, int64_t Sv, int64_t Hk, int64_t Hv,
