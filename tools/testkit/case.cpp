@@ -509,6 +509,7 @@ void serving_group(std::vector<Case> &out) {
         Case c = pooled(s, StateLayout::ValueMajor, 5, SlotPattern::Shuffled, true);
         c.heads = GDN_HEAD_MAP_GROUPED;
         add_both_ops(out, c);
+        add_both_ops(out, pooled(s, StateLayout::KeyMajor, 9, SlotPattern::Gaps, false));
     }
     {
         Shape s = base;  // no initial state: every sequence starts from zero, the pool is written
