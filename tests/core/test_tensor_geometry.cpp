@@ -281,4 +281,52 @@ TEST(TensorGeometry, OverlapMatchesBruteForceOnRandomLayouts) {
     EXPECT_LT(overlapping, trials - trials / 20);
 }
 
+// Value-major states (nb[1] = element size, dim 0 strided): the rows run along dim 1.
+TEST(TensorGeometry, ValueMajorLayoutsMatchBruteForce) {
+    gdn::testkit::Random rng(4242);
+    int self_overlapping = 0, overlapping = 0;
+    const int trials = 20000;
+    for (int trial = 0; trial < trials; ++trial) {
+        gdn_tensor t[2];
+        for (gdn_tensor &x : t) {
+            std::array<int64_t, 4> ne{}, nb{};
+            for (int d = 0; d < 4; ++d) {
+                ne[d] = 1 + rng.below(3);
+                nb[d] = rng.below(2) ? 16 * (1 + rng.below(4)) : 4 * (1 + rng.below(12));
+            }
+            nb[1] = 4;
+            if (rng.below(4) == 0) std::swap(nb[0], nb[1]);  // now and then a key-major one beside it
+            x = layout(kBase + 4 * static_cast<uintptr_t>(rng.below(24)), ne, nb);
+        }
+        const bool self_expected = brute_self_overlaps(t[0]);
+        self_overlapping += self_expected;
+        ASSERT_EQ(self_overlaps(t[0]), self_expected) << "trial " << trial;
+        const bool expected = brute_overlaps(t[0], t[1]);
+        overlapping += expected;
+        ASSERT_EQ(overlaps(t[0], t[1]), expected) << "trial " << trial;
+        ASSERT_EQ(overlaps(t[1], t[0]), expected) << "trial " << trial << " (swapped)";
+    }
+    EXPECT_GT(self_overlapping, trials / 20);
+    EXPECT_LT(self_overlapping, trials - trials / 20);
+    EXPECT_GT(overlapping, trials / 20);
+    EXPECT_LT(overlapping, trials - trials / 20);
+}
+
+// A pool's slots in either layout: disjoint from each other, and from a pool beside it.
+TEST(TensorGeometry, PoolSlotsInEitherLayoutAreDisjoint) {
+    const int64_t Sk = 128, Sv = 128, Hv = 48, slots = 64, area = 4 * Sk * Sv;
+    const gdn_tensor value_major = layout(kBase, {Sk, Sv, Hv, slots}, {4 * Sv, 4, area, area * Hv});
+    const gdn_tensor key_major = layout(kBase, {Sk, Sv, Hv, slots}, {4, 4 * Sk, area, area * Hv});
+    EXPECT_FALSE(self_overlaps(value_major));
+    EXPECT_FALSE(self_overlaps(key_major));
+    gdn_tensor slot_a = value_major, slot_b = value_major;
+    slot_a.ne[3] = slot_b.ne[3] = 1;
+    slot_b.data = reinterpret_cast<void *>(kBase + area * Hv);
+    EXPECT_FALSE(overlaps(slot_a, slot_b));
+    EXPECT_TRUE(overlaps(value_major, key_major));
+    gdn_tensor beside = value_major;
+    beside.data = reinterpret_cast<void *>(kBase + area * Hv * slots);
+    EXPECT_FALSE(overlaps(value_major, beside));
+}
+
 }  // namespace
