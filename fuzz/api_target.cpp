@@ -152,7 +152,9 @@ std::vector<Dense> reference_outputs(const Call &c, const std::vector<uint8_t> &
     r.scale_is_explicit = c.scale_is_explicit;
     r.head_map = c.head_map;
     r.sequences = c.sequences;
-    r.cu_seqlens = c.cu_seqlens;  // an input that no call writes: read in place
+    r.cu_seqlens = c.cu_seqlens;  // inputs that no call writes: read in place
+    r.slots = c.slots;
+    r.state_indices = c.state_indices;
     for (int i = 0; i < kSlots; ++i) {
         if (!c.present(i)) continue;
         dense[i] = c.is_output(i) ? dense_like(c.t[i]) : dense_copy(c, c.t[i], before);
@@ -179,15 +181,20 @@ bool all_inputs_tame(const Call &c, const std::vector<uint8_t> &before) {
     return true;
 }
 
-// Outputs against the reference; unwritten snapshot slots (T < K) against their old bytes.
+// Outputs against the reference; unwritten snapshot slots (T < K) and the pool slots no
+// sequence names (in states and grads.state) against their old bytes.
 void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exact) {
     const std::vector<Dense> ref = reference_outputs(c, before);
     const bool tame = exact || all_inputs_tame(c, before);
     const int64_t T = c.t[Q].ne[2], B = c.t[V].ne[3];
     // Slot s of a sequence is written when s < its length, and slot 0 always (SPEC 2: with no
     // tokens the final state is the initial state). Packed: slot s of sequence n is index s*N + n.
+    // Pooled (K = 1): the slots the indices name.
     const std::vector<int64_t> offsets = c.cu_seqlens.data ? offsets_of(c.cu_seqlens) : std::vector<int64_t>{};
+    const std::vector<int64_t> indices = c.state_indices.data ? offsets_of(c.state_indices) : std::vector<int64_t>{};
+    const bool pooled = c.state_indices.data != nullptr;
     auto slot_written = [&](int64_t index) {
+        if (pooled) return std::find(indices.begin(), indices.end(), index) != indices.end();
         if (offsets.empty()) return index / B < std::max<int64_t>(T, 1);
         const int64_t N = static_cast<int64_t>(offsets.size()) - 1, n = index % N;
         return index / N < std::max<int64_t>(offsets[n + 1] - offsets[n], 1);
@@ -207,10 +214,12 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
         }
         for (int64_t i = 0; i < count_of(t); ++i) {
             const int64_t off = offset_of(t, i);
-            const bool unwritten_slot = s == STATES && !slot_written(i / (t.ne[0] * t.ne[1] * t.ne[2]));
+            const bool unwritten_slot =
+                (s == STATES || (s == DSTATE && pooled)) && !slot_written(i / (t.ne[0] * t.ne[1] * t.ne[2]));
             if (unwritten_slot) {
                 if (std::memcmp(base + off, before.data() + at + off, elem) != 0)
-                    finding(c, std::string("states slot past T was written (element ") + std::to_string(i) + ")");
+                    finding(c, std::string(slot_name(s)) + (pooled ? " slot no sequence names" : " slot past T") +
+                                   " was written (element " + std::to_string(i) + ")");
                 continue;
             }
             const double got = value_at(base + off, raw_type(t)), want = value_at(ref[s].bytes.data() + i * elem, raw_type(t));
@@ -277,11 +286,12 @@ void run_api_input(const uint8_t *data, size_t size) {
     const Judgement judgement = judge(c);
     const std::vector<uint8_t> before = c.arena->snapshot();
 
-    // The dry run first: it touches no tensor data but the offsets of cu_seqlens (read once
-    // everything about them and the other tensors is valid), so it is safe on any other pointer.
-    // Offsets outside the arena with a layout not known to be wrong would be read as a caller's
-    // offsets are: that call cannot be made here (like a valid call too large for the arena).
-    if (!offsets_in_arena(c) && judgement.verdict != Verdict::Invalid) {
+    // The dry run first: it touches no tensor data but the values of cu_seqlens and
+    // state_indices (read once everything about them and the other tensors is valid), so it is
+    // safe on any other pointer. Index tensors outside the arena with a layout not known to be
+    // wrong would be read as a caller's are: that call cannot be made here (like a valid call
+    // too large for the arena).
+    if (!index_tensors_in_arena(c) && judgement.verdict != Verdict::Invalid) {
         ++g_tally.not_backed;
         return;
     }

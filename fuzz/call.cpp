@@ -50,8 +50,10 @@ int type_of(int pick) {
 
 enum class Layout { Contiguous, Padded, Transposed };
 
+int64_t state_sequences(const Call &c) { return c.sequences > 0 ? c.sequences : c.B; }
+
 void shape_of(const Call &c, int slot, int64_t ne[4]) {
-    const int64_t S0 = c.sequences > 0 ? c.sequences : c.B;  // sequences that own a state
+    const int64_t S0 = c.slots > 0 ? c.slots : state_sequences(c);  // states per state tensor (K = 1)
     const int64_t S[kSlots][4] = {
         {c.Sk, c.Hk, c.T, c.Bq},         {c.Sk, c.Hk, c.T, c.Bq},      {c.Sv, c.Hv, c.T, c.B},
         {c.gate_width, c.Hv, c.T, c.B},  {1, c.Hv, c.T, c.B},          {c.Sk, c.Sv, c.Hv, S0},
@@ -72,18 +74,20 @@ struct Placer {
     }
 };
 
-void set_strides(gdn_tensor &t, int64_t elem, Layout layout) {
-    t.nb[0] = elem;
-    if (layout == Layout::Transposed) {  // outer dimensions in reverse order: nb[3] smallest
-        int64_t stride = t.ne[0] * elem;
+// `swap01`: dimensions 0 and 1 trade places in memory (a value-major state: nb[1] = elem).
+void set_strides(gdn_tensor &t, int64_t elem, Layout layout, bool swap01) {
+    const int order[4] = {swap01 ? 1 : 0, swap01 ? 0 : 1, 2, 3};  // innermost first
+    t.nb[order[0]] = elem;
+    if (layout == Layout::Transposed) {  // outer dimensions in reverse order: nb[order[3]] smallest
+        int64_t stride = t.ne[order[0]] * elem;
         for (int d = 3; d >= 1; --d) {
-            t.nb[d] = stride;
-            stride *= t.ne[d];
+            t.nb[order[d]] = stride;
+            stride *= t.ne[order[d]];
         }
         return;
     }
     const int64_t pad = layout == Layout::Padded ? elem : 0;
-    for (int d = 1; d < 4; ++d) t.nb[d] = t.nb[d - 1] * t.ne[d - 1] + pad * d;
+    for (int d = 1; d < 4; ++d) t.nb[order[d]] = t.nb[order[d - 1]] * t.ne[order[d - 1]] + pad * d;
 }
 
 // q, k and v (or dq, dk and dv) as views into one packed per-token buffer, as a model's
@@ -174,15 +178,15 @@ void write_offsets(const gdn_tensor &o, const std::vector<int64_t> &values) {
     }
 }
 
-// Bad offsets (docs/VARLEN.md): unsorted, repeated (an empty sequence), out of range, one too
-// few or too many, the wrong type or stride, a bogus pointer, absent, or on top of an output.
-void mutate_offsets(Call &c, ByteReader &in) {
-    gdn_tensor &o = c.cu_seqlens;
+// A bad index tensor (the offsets of cu_seqlens, docs/VARLEN.md; or state_indices, SPEC 3.2):
+// values swapped, odd, repeated (an empty sequence; two sequences on one slot), one too few or
+// too many, the wrong type or stride, a bogus pointer, absent, on top of an output, or a
+// second dimension. `room`: the entries its place in the arena holds.
+void mutate_index_tensor(Call &c, gdn_tensor &o, int64_t room, ByteReader &in) {
     // Readable: an earlier pass may have changed the type, stride or count, so the whole span
     // must still lie in the arena (its guards are poisoned).
     const bool readable = o.data != nullptr && integer_type(raw_type(o)) && o.nb[0] == element_bytes(raw_type(o)) &&
-                          o.ne[0] >= 1 && o.ne[0] <= c.sequences + 2 &&
-                          c.arena->holds(o.data, static_cast<uint64_t>(o.ne[0] * o.nb[0]));
+                          o.ne[0] >= 1 && o.ne[0] <= room && c.arena->holds(o.data, static_cast<uint64_t>(o.ne[0] * o.nb[0]));
     std::vector<int64_t> values = readable ? offsets_of(o) : std::vector<int64_t>{};
     void *const where = o.data;
     const int type = raw_type(o);
@@ -212,6 +216,28 @@ void mutate_offsets(Call &c, ByteReader &in) {
     // The values go back only where they were read from, in the layout they were read in.
     if (readable && o.data == where && raw_type(o) == type && o.nb[0] == element_bytes(type) && !values.empty())
         write_offsets(o, values);
+}
+
+// Pool indices for `sequences` sequences and `slots` slots: the first entries of a permutation
+// of the slots (each sequence on a slot of its own), then, one byte per sequence, most kept and
+// some made negative (-1, -2, -3, the type's minimum), a repeat of an earlier entry or out of
+// range (slots, slots + 1, slots + 2, the type's maximum).
+std::vector<int64_t> decode_indices(ByteReader &in, int64_t sequences, int64_t slots, bool i32) {
+    std::vector<int64_t> slot(static_cast<size_t>(slots));
+    for (int64_t s = 0; s < slots; ++s) slot[static_cast<size_t>(s)] = s;
+    for (int64_t s = slots - 1; s > 0; --s) std::swap(slot[static_cast<size_t>(s)], slot[static_cast<size_t>(in.below(static_cast<int>(s) + 1))]);
+    std::vector<int64_t> out(slot.begin(), slot.begin() + sequences);
+    const int64_t lowest = i32 ? INT32_MIN : std::numeric_limits<int64_t>::min();
+    const int64_t highest = i32 ? INT32_MAX : std::numeric_limits<int64_t>::max();
+    for (int64_t n = 0; n < sequences; ++n) {
+        const uint8_t b = in.u8();
+        int64_t &x = out[static_cast<size_t>(n)];
+        if (b < 160) continue;
+        if (b < 200) x = b == 199 ? lowest : -1 - (b - 160) % 3;
+        else if (b < 230) x = n > 0 ? out[static_cast<size_t>((b - 200) % n)] : x;
+        else x = b == 255 ? highest : slots + (b - 230) % 3;
+    }
+    return out;
 }
 
 void mutate(Call &c, ByteReader &in) {
@@ -322,6 +348,7 @@ gdn_problem Call::problem() const {
     p.scale_is_explicit = scale_is_explicit;
     std::memcpy(&p.head_map, &head_map, sizeof head_map);
     p.cu_seqlens = cu_seqlens;
+    p.state_indices = state_indices;
     return p;
 }
 
@@ -357,16 +384,17 @@ std::string Call::describe() const {
         s << " ne=[" << x.ne[0] << "," << x.ne[1] << "," << x.ne[2] << "," << x.ne[3] << "] nb=[" << x.nb[0] << ","
           << x.nb[1] << "," << x.nb[2] << "," << x.nb[3] << "]\n";
     }
-    if (cu_seqlens.data != nullptr) {
-        const gdn_tensor &x = cu_seqlens;
-        s << "  cu_seqlens (N=" << sequences << "): type=" << raw_type(x) << " data=" << x.data << " ne=[" << x.ne[0] << ","
-          << x.ne[1] << "," << x.ne[2] << "," << x.ne[3] << "] nb=[" << x.nb[0] << "," << x.nb[1] << "," << x.nb[2] << ","
-          << x.nb[3] << "]";
+    auto index_tensor = [&](const char *name, const gdn_tensor &x) {
+        if (x.data == nullptr) return;
+        s << "  " << name << ": type=" << raw_type(x) << " data=" << x.data << " ne=[" << x.ne[0] << "," << x.ne[1] << ","
+          << x.ne[2] << "," << x.ne[3] << "] nb=[" << x.nb[0] << "," << x.nb[1] << "," << x.nb[2] << "," << x.nb[3] << "]";
         if (arena && integer_type(raw_type(x)) && x.ne[0] >= 1 && x.ne[0] <= 64 && x.nb[0] == element_bytes(raw_type(x)) &&
             arena->holds(x.data, static_cast<uint64_t>(x.ne[0] * x.nb[0])))
             for (int64_t v : offsets_of(x)) s << " " << v;
         s << "\n";
-    }
+    };
+    index_tensor(("cu_seqlens (N=" + std::to_string(sequences) + ")").c_str(), cu_seqlens);
+    index_tensor(("state_indices (slots=" + std::to_string(slots) + ")").c_str(), state_indices);
     return s.str();
 }
 
@@ -411,6 +439,18 @@ Call decode_call(ByteReader &in) {
     c.head_map = (flags & 2) ? GDN_HEAD_MAP_GROUPED : GDN_HEAD_MAP_TILED;
     const bool with_s0 = (flags & 4) == 0;
     const bool packed_inputs = (flags & 8) != 0, packed_grads = (flags & 16) != 0;
+    // Serving (flags bit 7, which inputs written before it never set): a byte of value-major
+    // bits for state, states, d_states and grads.state (bits 0-3), a pool (bit 4) with I32
+    // indices (bit 5), states on state itself (bit 6, the in-place update); with a pool, a byte
+    // of extra slots (bits 0-1) and whether the drawn K stays (bit 2; else K = 1).
+    const uint8_t serving = (flags & 128) ? in.u8() : 0;
+    const bool pooled = (serving & 16) != 0, i32_indices = (serving & 32) != 0, in_place = (serving & 64) != 0;
+    int64_t extra_slots = 0;
+    if (pooled) {
+        const uint8_t pool = in.u8();
+        extra_slots = pool & 3;
+        if (!(pool & 4)) c.snapshots = 1;
+    }
     const uint8_t wanted = static_cast<uint8_t>(~in.u8());  // bits: which optional tensors are given
     // Packed sequences: one stream of T tokens cut into N >= 1 sequences at distinct points.
     std::vector<int64_t> cuts;
@@ -420,6 +460,11 @@ Call decode_call(ByteReader &in) {
         for (int64_t drop = in.below(static_cast<int>(c.T)); drop > 0; --drop)  // N = T - drop
             cuts.erase(cuts.begin() + 1 + in.below(static_cast<int>(cuts.size()) - 2));
         c.sequences = static_cast<int64_t>(cuts.size()) - 1;
+    }
+    std::vector<int64_t> indices;
+    if (pooled) {
+        c.slots = state_sequences(c) + extra_slots;
+        indices = decode_indices(in, state_sequences(c), c.slots, i32_indices);
     }
 
     // Layout, in a byte range that becomes the arena.
@@ -434,7 +479,8 @@ Call decode_call(ByteReader &in) {
     if (packed_grads && c.backward) place_packed(c, DQ, DK, DV, elem, placer, offsets);
     for (int i = 0; i < kSlots; ++i) {
         if (!c.used(i) || (packed_inputs && i <= V) || (packed_grads && c.backward && i >= DQ && i <= DV)) continue;
-        set_strides(c.t[i], elem, static_cast<Layout>(in.below(3)));
+        const bool value_major = state_shaped(i) && (serving & (1 << (i == STATE ? 0 : i == STATES ? 1 : i == D_STATES ? 2 : 3)));
+        set_strides(c.t[i], elem, static_cast<Layout>(in.below(3)), value_major);
         int64_t span = 0;
         tensor_span(c.t[i], span);
         offsets[i] = placer.take(span);
@@ -442,6 +488,8 @@ Call decode_call(ByteReader &in) {
     const int offsets_type = (flags & 64) ? GDN_TYPE_I32 : GDN_TYPE_I64;
     const int64_t offsets_elem = element_bytes(offsets_type);
     const int64_t offsets_at = c.sequences > 0 ? placer.take((c.sequences + 2) * offsets_elem) : 0;  // + 1 spare entry
+    const int indices_type = i32_indices ? GDN_TYPE_I32 : GDN_TYPE_I64;
+    const int64_t indices_at = pooled ? placer.take((state_sequences(c) + 1) * element_bytes(indices_type)) : 0;  // + 1 spare
     c.arena = std::make_unique<Arena>(static_cast<size_t>(placer.cursor));
     fill_values(*c.arena, type, in.u64());
     for (int i = 0; i < kSlots; ++i) {
@@ -472,9 +520,23 @@ Call decode_call(ByteReader &in) {
         cuts.push_back(c.T);  // the spare entry
         write_offsets(o, cuts);
     }
+    if (pooled) {
+        gdn_tensor &o = c.state_indices;
+        o.data = c.arena->payload() + indices_at;
+        set_raw_type(o, indices_type);
+        o.ne[0] = state_sequences(c);
+        o.ne[1] = o.ne[2] = o.ne[3] = 1;
+        o.nb[0] = element_bytes(indices_type);
+        o.nb[1] = o.nb[2] = o.nb[3] = o.ne[0] * o.nb[0];
+        indices.push_back(0);  // the spare entry
+        write_offsets(o, indices);
+    }
+    if (in_place && !c.backward && c.t[STATE].data != nullptr) c.t[STATES] = c.t[STATE];
     for (int n = in.below(7); n > 0; --n) mutate(c, in);
     if (c.sequences > 0)
-        for (int n = in.below(4); n > 0; --n) mutate_offsets(c, in);
+        for (int n = in.below(4); n > 0; --n) mutate_index_tensor(c, c.cu_seqlens, c.sequences + 2, in);
+    if (c.slots > 0)
+        for (int n = in.below(4); n > 0; --n) mutate_index_tensor(c, c.state_indices, state_sequences(c) + 1, in);
     c.params = decode_params(in);
     return c;
 }

@@ -1,7 +1,8 @@
 // One fuzzed C API call: which op, on which backend, with which tensors. Decoded from the fuzz
 // input in two steps: a well-formed call of small sizes laid out in an arena (contiguous,
-// padded, transposed or packed views), then a few mutations (NULLs, bogus pointers, odd
-// counts and strides, wrong types, aliasing, non-finite values, odd scale and head map).
+// padded, transposed or packed views; value-major states; packed sequences; a state pool),
+// then a few mutations (NULLs, bogus pointers, odd counts and strides, wrong types, aliasing,
+// non-finite values, odd scale and head map, bad offsets and pool indices).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,11 @@ struct Call {
     int64_t sequences = 0;         // N; 0 = not packed
     gdn_tensor cu_seqlens = {};    // data NULL: absent
 
+    // A state pool (SPEC 3.2): one index per sequence in the arena, I32 or I64, mostly a valid
+    // assignment with some negative, repeated or out-of-range entries. Not a Slot either.
+    int64_t slots = 0;             // the pool's size as built; 0 = no pool
+    gdn_tensor state_indices = {}; // data NULL: absent
+
     std::unique_ptr<Arena> arena;
 
     // Whether the slot takes part in this op at all.
@@ -82,8 +88,12 @@ inline void set_raw_type(gdn_tensor &t, int v) { std::memcpy(&t.type, &v, sizeof
 int64_t element_bytes(int type);
 inline bool integer_type(int type) { return type == GDN_TYPE_I32 || type == GDN_TYPE_I64; }
 
-// The offsets of cu_seqlens as int64 (its type I32 or I64, its elements readable).
+// The values of an index tensor (cu_seqlens, state_indices) as int64 (its type I32 or I64, its
+// elements readable).
 std::vector<int64_t> offsets_of(const gdn_tensor &cu_seqlens);
+
+// Whether a slot holds states ([Sk, Sv, Hv, *]: key-major or value-major).
+inline bool state_shaped(int slot) { return slot == STATE || slot == STATES || slot == D_STATES || slot == DSTATE; }
 
 // Span in bytes of a tensor; false when a count is below 1, a stride negative, or on overflow.
 bool tensor_span(const gdn_tensor &t, int64_t &span);

@@ -30,19 +30,39 @@ CONTIGUOUS, PADDED, TRANSPOSED = 0, 1, 2
 def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv_mult=2, T=3, Bq=1,
          b_mult=2, K=1, kda=False, grouped=False, s0=True, packed=False, packed_grads=False,
          omit=(), layout=CONTIGUOUS, seed=12345, specials=(), mutations=(),
-         drops=None, i32=False, offset_mutations=(), params=None):
+         drops=None, i32=False, offset_mutations=(), params=None,
+         value_major=(), pool=None, in_place=False, index_mutations=()):
     # drops: packed sequences (cu_seqlens): the offsets 0..T with these interior entries
     # removed one after another (index into the remaining interior); None: not packed.
+    # value_major: the state slots (STATE, STATES, D_STATES, DSTATE) laid out value-major.
+    # pool: a state pool (state_indices), a dict with extra (slots beyond the sequences, 0-3),
+    # keep_k (else K = 1), i32, perm (the permutation's swap bytes) and defects (one byte per
+    # sequence: < 160 kept, 160-199 negative, 200-229 a repeat, 230-255 out of range).
+    # in_place: states is state (forward).
+    serving = sum(1 << i for i, slot in enumerate((STATE, STATES, D_STATES, DSTATE)) if slot in value_major)
+    serving |= (16 if pool is not None else 0) | (32 if pool and pool.get("i32") else 0) | (64 if in_place else 0)
     op = (1 if backward else 0) | (6 if check else 0)
     b = bytearray([op, backend, type_, Sk - 1, Sv - 1, Hk - 1, hv_mult - 1, T - 1, Bq - 1, b_mult - 1, K - 1])
     b.append((1 if kda else 0) | (2 if grouped else 0) | (0 if s0 else 4) | (8 if packed else 0) |
-             (16 if packed_grads else 0) | (32 if drops is not None else 0) | (64 if i32 else 0))
+             (16 if packed_grads else 0) | (32 if drops is not None else 0) | (64 if i32 else 0) |
+             (128 if serving else 0))
+    if serving:
+        b.append(serving)
+    if pool is not None:
+        b.append(pool.get("extra", 0) | (4 if pool.get("keep_k") else 0))
     optional = [OUTP, STATES, D_OUT, D_STATES, DQ, DK, DV, DG]
     b.append(sum(1 << optional.index(s) for s in omit))
     if drops is not None:
         assert len(drops) < T
         b.append(len(drops))
         b += bytes(drops)
+    if pool is not None:
+        sequences = T - len(drops) if drops is not None else Bq * b_mult
+        slots = sequences + pool.get("extra", 0)
+        perm = list(pool.get("perm", ()))
+        b += bytes((perm + [0] * slots)[:slots - 1])
+        defects = list(pool.get("defects", ()))
+        b += bytes((defects + [0] * sequences)[:sequences])
     used = list(range(6)) + (list(range(8, 16)) if backward else [6, 7])
     for s in used:
         if packed and s <= V:
@@ -60,6 +80,10 @@ def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv
     if drops is not None:
         b.append(len(offset_mutations))
         for m in offset_mutations:
+            b += bytes(m)
+    if pool is not None:  # the same mutations as the offsets' (mutate_index_tensor in call.cpp)
+        b.append(len(index_mutations))
+        for m in index_mutations:
             b += bytes(m)
     if params is not None:
         b += b"P" + bytes(params)
@@ -178,6 +202,42 @@ SEEDS = {
     "params-chunk-1-varlen": call(backend=4, T=6, drops=[0], params=[0, CHUNK["1"], 0]),
     "params-device-int-max": call(backend=6, params=[0, 0, DEVICE["int_max"]]),
     "params-device-negative": call(backend=4, params=[0, 0, DEVICE["-1"]]),
+    # Serving: value-major states (alone, mixed with key-major ones, in every layout), state
+    # pools (in place, into another pool, packed, without s0, with I32 indices), and pools that
+    # must be refused: two sequences on one slot, an index past the pool, snapshots, and the bad
+    # index tensors of mutate_index_tensor (same numbering as the offsets' above).
+    "vmajor-fwd": call(value_major=(STATE, STATES)),
+    "vmajor-fwd-transposed-K2": call(value_major=(STATE, STATES), layout=TRANSPOSED, K=2),
+    "vmajor-bwd-padded": call(backward=True, value_major=(STATE, D_STATES, DSTATE), layout=PADDED),
+    "vmajor-mixed-bwd": call(backward=True, value_major=(STATE, D_STATES), kda=True, Hk=2),
+    "vmajor-mixed-fwd-f64": call(type_=F64, value_major=(STATE,), Sk=3, Sv=2),
+    "vmajor-in-place": call(value_major=(STATE, STATES), in_place=True),
+    "pool-fwd-in-place": call(value_major=(STATE, STATES), pool={"extra": 2, "perm": [1, 3, 0, 2]}, in_place=True, T=1),
+    "pool-fwd-other-pool": call(pool={"extra": 3, "perm": [4, 1, 2, 0]}, b_mult=2, Bq=2, T=2),
+    "pool-fwd-negative-i32": call(value_major=(STATE, STATES), pool={"extra": 1, "i32": True, "defects": [0, 161]}, in_place=True),
+    "pool-fwd-int-min": call(pool={"extra": 1, "defects": [199, 0]}, in_place=True),
+    "pool-fwd-no-s0": call(s0=False, value_major=(STATES,), pool={"extra": 2, "perm": [2, 2, 1]}),
+    "pool-fwd-packed": call(T=6, drops=[1, 0], value_major=(STATE, STATES), pool={"extra": 2, "defects": [0, 0, 160, 0]},
+                            in_place=True, i32=True),
+    "pool-bwd": call(backward=True, value_major=(STATE, D_STATES, DSTATE), pool={"extra": 2, "perm": [3, 1, 0]}),
+    "pool-bwd-negative-mixed": call(backward=True, value_major=(D_STATES,), pool={"extra": 1, "defects": [162, 0]},
+                                    Hk=2, grouped=True),
+    "pool-bwd-packed-no-s0": call(backward=True, T=5, drops=[0], s0=False, pool={"extra": 3, "i32": True}, layout=PADDED),
+    "pool-fwd-cpu": call(backend=4, pool={"extra": 2, "perm": [1, 2, 0]}, in_place=True, T=4),
+    "pool-bwd-cpu-packed": call(backend=4, backward=True, T=6, drops=[2], pool={"extra": 1, "defects": [0, 0, 161, 0]}),
+    "pool-duplicate": call(pool={"extra": 2, "defects": [0, 200]}, in_place=True),
+    "pool-duplicate-bwd": call(backward=True, pool={"extra": 1, "defects": [0, 200]}),
+    "pool-past-the-end": call(pool={"extra": 1, "defects": [230, 0]}),
+    "pool-int-max-i32": call(pool={"i32": True, "defects": [0, 255]}, backward=True),
+    "pool-snapshots-K3": call(K=3, pool={"extra": 1, "keep_k": True}),
+    "pool-indices-float": call(pool={"extra": 1}, index_mutations=[[4, 1, 0]]),
+    "pool-indices-count-short": call(pool={"extra": 1}, index_mutations=[[3, 0]]),
+    "pool-indices-strided": call(pool={}, index_mutations=[[5, 1]]),
+    "pool-indices-bogus-pointer": call(pool={}, index_mutations=[[6, 3, 0, 2]]),
+    "pool-indices-absent": call(pool={"extra": 2}, index_mutations=[[7]]),
+    "pool-indices-on-out": call(pool={"extra": 1}, index_mutations=[[8, OUTP]]),
+    "pool-indices-two-dimensional": call(pool={}, index_mutations=[[9, 1]]),
+    "pool-indices-repeated-by-mutation": call(backward=True, pool={"extra": 2}, index_mutations=[[2, 1]]),
     # Optional pointers dropped.
     "no-out-pointer": call(mutations=[mut(OUTP, M_NO_POINTER)]),
     "no-d-states-pointer": call(backward=True, mutations=[mut(D_STATES, M_NO_POINTER)]),

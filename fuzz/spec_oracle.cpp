@@ -10,9 +10,9 @@ namespace {
 std::string say(const char *slot, const char *what) { return std::string(slot) + ": " + what; }
 
 // The rules a tensor obeys on its own (SPEC 3: counts >= 0; unless it is empty, nb[0] = element
-// size, positive strides that are multiples of the element size, aligned data, an extent that
-// fits the address space).
-bool intrinsic(const gdn_tensor &t, const char *name, std::string &why) {
+// size, or nb[1] for a state in the value-major layout, positive strides that are multiples of
+// the element size, aligned data, an extent that fits the address space).
+bool intrinsic(const gdn_tensor &t, const char *name, std::string &why, bool state = false) {
     const int64_t elem = element_bytes(raw_type(t));
     if (elem == 0) return why = say(name, "type is not a gdn_type"), false;
     for (int d = 0; d < 4; ++d)
@@ -21,10 +21,11 @@ bool intrinsic(const gdn_tensor &t, const char *name, std::string &why) {
     for (int d = 0; d < 4; ++d)
         if (__builtin_mul_overflow(count, t.ne[d], &count)) return why = say(name, "element count overflows"), false;
     if (count == 0) return true;  // nothing addressed: no stride, alignment or span to get wrong
-    if (t.nb[0] != elem) return why = say(name, "nb[0] is not the element size"), false;
-    for (int d = 1; d < 4; ++d)
+    if (t.nb[0] != elem && !(state && t.nb[1] == elem))
+        return why = say(name, state ? "neither nb[0] nor nb[1] is the element size" : "nb[0] is not the element size"), false;
+    for (int d = 0; d < 4; ++d)
         if (t.nb[d] < 1) return why = say(name, "a stride below 1"), false;
-    for (int d = 1; d < 4; ++d)
+    for (int d = 0; d < 4; ++d)
         if (t.nb[d] % elem != 0) return why = say(name, "a stride that is not a multiple of the element size"), false;
     if (reinterpret_cast<uintptr_t>(t.data) % elem != 0) return why = say(name, "data not aligned to the element size"), false;
     int64_t span;
@@ -91,7 +92,8 @@ Verdict check_overlaps(const Call &c, std::string &why) {
         if (overlapping) return why = say(slot_name(o), "elements overlap each other"), Verdict::Invalid;
     }
     if (!all_in_arena(c, outside)) {
-        if (c.cu_seqlens.data != nullptr) return Verdict::Unknown;  // not decided for offsets outside the arena
+        // Not decided for index tensors outside the arena.
+        if (c.cu_seqlens.data != nullptr || c.state_indices.data != nullptr) return Verdict::Unknown;
         // Only byte ranges can be compared here.
         for (int o = 0; o < kSlots; ++o) {
             if (!c.present(o) || !c.is_output(o)) continue;
@@ -115,9 +117,10 @@ Verdict check_overlaps(const Call &c, std::string &why) {
         const int64_t at = static_cast<const uint8_t *>(c.t[i].data) - base;
         for_each_byte(c.t[i], [&](int64_t off) { map.input[at + off] = 1; });
     }
-    if (c.cu_seqlens.data != nullptr) {  // an input too (all_in_arena holds it)
-        const int64_t at = static_cast<const uint8_t *>(c.cu_seqlens.data) - base;
-        for_each_byte(c.cu_seqlens, [&](int64_t off) { map.input[at + off] = 1; });
+    for (const gdn_tensor *index : {&c.cu_seqlens, &c.state_indices}) {  // inputs too (all_in_arena holds them)
+        if (index->data == nullptr) continue;
+        const int64_t at = static_cast<const uint8_t *>(index->data) - base;
+        for_each_byte(*index, [&](int64_t off) { map.input[at + off] = 1; });
     }
     for (int o = 0; o < kSlots; ++o) {
         if (!c.present(o) || !c.is_output(o)) continue;
@@ -139,15 +142,18 @@ Verdict check_overlaps(const Call &c, std::string &why) {
 
 }  // namespace
 
-bool offsets_in_arena(const Call &c) {
-    if (c.cu_seqlens.data == nullptr) return true;
-    int64_t span;
-    return tensor_span(c.cu_seqlens, span) && span >= 0 && c.arena->holds(c.cu_seqlens.data, static_cast<uint64_t>(span));
+bool index_tensors_in_arena(const Call &c) {
+    for (const gdn_tensor *index : {&c.cu_seqlens, &c.state_indices}) {
+        if (index->data == nullptr) continue;
+        int64_t span;
+        if (!tensor_span(*index, span) || span < 0 || !c.arena->holds(index->data, static_cast<uint64_t>(span))) return false;
+    }
+    return true;
 }
 
 bool all_in_arena(const Call &c, std::string &which) {
-    if (!offsets_in_arena(c)) {
-        which = "cu_seqlens";
+    if (!index_tensors_in_arena(c)) {
+        which = "cu_seqlens or state_indices";
         return false;
     }
     for (int i = 0; i < kSlots; ++i) {
@@ -181,9 +187,10 @@ Judgement judge(const Call &c) {
         if (c.t[i].data == nullptr && element_count(c.t[i]) != 0) return invalid(say(slot_name(i), "required but NULL"));
     }
     for (int i = 0; i < kSlots; ++i)
-        if (c.present(i) && !intrinsic(c.t[i], slot_name(i), why)) return invalid(why);
-    const bool packed = c.cu_seqlens.data != nullptr;
+        if (c.present(i) && !intrinsic(c.t[i], slot_name(i), why, state_shaped(i))) return invalid(why);
+    const bool packed = c.cu_seqlens.data != nullptr, pooled = c.state_indices.data != nullptr;
     if (packed && !intrinsic(c.cu_seqlens, "cu_seqlens", why)) return invalid(why);
+    if (pooled && !intrinsic(c.state_indices, "state_indices", why)) return invalid(why);
     if (integer_type(raw_type(c.t[Q]))) return invalid("q: an integer type (only cu_seqlens takes I32 / I64)");
     for (int i = 0; i < kSlots; ++i)
         if (c.present(i) && raw_type(c.t[i]) != raw_type(c.t[Q])) return invalid(say(slot_name(i), "type differs from q"));
@@ -210,11 +217,24 @@ Judgement judge(const Call &c) {
     const int64_t gw = c.t[G].ne[0];
     if ((gw != 1 && gw != Sk) || !shape_is(c.t[G], gw, Hv, T, B)) return invalid("g shape");
     if (!shape_is(c.t[BETA], 1, Hv, T, B)) return invalid("beta shape");
-    if (c.present(STATE) && !shape_is(c.t[STATE], Sk, Sv, Hv, S0)) return invalid("state shape");
+    // SPEC 3.2: with state_indices (I32 / I64 [S0, 1, 1, 1], contiguous) every state tensor is a
+    // pool of one size, states and d_states holding K = 1 state per slot.
+    int64_t slots = -1;  // the pool's size; -1: no state tensor says it
+    if (pooled) {
+        const gdn_tensor &x = c.state_indices;
+        if (!integer_type(raw_type(x))) return invalid("state_indices: not I32 / I64");
+        if (!shape_is(x, S0, 1, 1, 1)) return invalid("state_indices: not one index per sequence");
+        for (int s : {STATE, STATES, D_STATES, DSTATE}) {
+            if (!c.present(s)) continue;
+            if (slots < 0) slots = c.t[s].ne[3];
+            if (!shape_is(c.t[s], Sk, Sv, Hv, slots)) return invalid(say(slot_name(s), "not a pool [Sk, Sv, Hv, slots] of the call's size"));
+        }
+    }
+    if (!pooled && c.present(STATE) && !shape_is(c.t[STATE], Sk, Sv, Hv, S0)) return invalid("state shape");
     for (int s : {OUT, D_OUT})
         if (c.present(s) && !shape_is(c.t[s], Sv, Hv, T, B)) return invalid(say(slot_name(s), "shape"));
     for (int s : {STATES, D_STATES}) {
-        if (!c.present(s)) continue;
+        if (!c.present(s) || pooled) continue;
         const gdn_tensor &x = c.t[s];
         const bool slots_ok = S0 == 0 ? x.ne[3] == 0 : x.ne[3] >= 1 && x.ne[3] % S0 == 0;  // K >= 1 snapshots
         if (!slots_ok || !shape_is(x, Sk, Sv, Hv, x.ne[3])) return invalid(say(slot_name(s), "shape"));
@@ -225,16 +245,27 @@ Judgement judge(const Call &c) {
         const int64_t *ne = c.t[grad_of[i]].ne;
         if (c.present(s) && !shape_is(c.t[s], ne[0], ne[1], ne[2], ne[3])) return invalid(say(slot_name(s), "shape"));
     }
-    if (c.present(DSTATE) && !shape_is(c.t[DSTATE], Sk, Sv, Hv, S0)) return invalid("dstate shape");
+    if (!pooled && c.present(DSTATE) && !shape_is(c.t[DSTATE], Sk, Sv, Hv, S0)) return invalid("dstate shape");
 
     j.verdict = check_overlaps(c, j.reason);
-    if (j.verdict != Verdict::Valid || !packed) return j;
-    // The offsets' values, once nothing else is wrong: 0 first, T last, never decreasing.
-    if (!offsets_in_arena(c)) return j.verdict = Verdict::Unknown, j;
-    const std::vector<int64_t> offsets = offsets_of(c.cu_seqlens);
-    if (offsets.front() != 0 || offsets.back() != T) return invalid("cu_seqlens: not from 0 to T");
-    for (size_t n = 1; n < offsets.size(); ++n)
-        if (offsets[n] < offsets[n - 1]) return invalid("cu_seqlens: decreasing");
+    if (j.verdict != Verdict::Valid || (!packed && !pooled)) return j;
+    // The index tensors' values, once nothing else is wrong.
+    if (!index_tensors_in_arena(c)) return j.verdict = Verdict::Unknown, j;
+    if (packed) {  // 0 first, T last, never decreasing
+        const std::vector<int64_t> offsets = offsets_of(c.cu_seqlens);
+        if (offsets.front() != 0 || offsets.back() != T) return invalid("cu_seqlens: not from 0 to T");
+        for (size_t n = 1; n < offsets.size(); ++n)
+            if (offsets[n] < offsets[n - 1]) return invalid("cu_seqlens: decreasing");
+    }
+    if (pooled) {  // negative: no slot; the others distinct and inside the pool (when a state tensor sizes it)
+        const std::vector<int64_t> indices = offsets_of(c.state_indices);
+        for (size_t n = 0; n < indices.size(); ++n) {
+            if (indices[n] < 0) continue;
+            if (slots >= 0 && indices[n] >= slots) return invalid("state_indices: an index past the pool");
+            for (size_t m = 0; m < n; ++m)
+                if (indices[m] == indices[n]) return invalid("state_indices: two sequences on one slot");
+        }
+    }
     return j;
 }
 

@@ -22,9 +22,9 @@ struct Judgement {
 
 Judgement judge(const Call &c);
 
-// Whether cu_seqlens is absent or its bytes lie inside the arena. Even a dry run reads the
-// offsets of a call whose layout is valid, so a call with unreadable offsets may not be made.
-bool offsets_in_arena(const Call &c);
+// Whether cu_seqlens and state_indices are each absent or inside the arena. Even a dry run reads
+// the values of index tensors whose layout is valid, so a call with unreadable ones may not be made.
+bool index_tensors_in_arena(const Call &c);
 
 // Whether every tensor the library sees lies inside the arena (so the call may be run).
 bool all_in_arena(const Call &c, std::string &which);

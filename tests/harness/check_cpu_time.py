@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 exe, backend = sys.argv[1], sys.argv[2]
-args = [exe, "perf", "-b", backend, "-t", "1", "--preset", "qwen3.5-27b", "-o", "GATED_DELTA_NET", "-p", "T=(1|16),",
+args = [exe, "perf", "-b", backend, "-t", "1", "--preset", "qwen3.5-27b", "-o", "GATED_DELTA_NET", "-p", "T=(1|16),.*beta=rand\\)$",
         "--min-time", "0.05", "--output", "json"]
 r = subprocess.run(args, capture_output=True, text=True)
 if r.returncode != 0:

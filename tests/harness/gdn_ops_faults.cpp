@@ -10,6 +10,8 @@
 //            next (the process may die in the case or report the stray write)
 //   apart    every call of a case but its first adds 1 to the first element of the main output:
 //            a packed case's own call agrees with REF, its sequences called apart do not
+//   gathered every call of a case without a pool adds 1 there: a pooled case's own call agrees
+//            with REF, the same call on its states gathered into a plain batch does not
 // Without GDN_OPS_FAULT it is gdn-ops.
 #include <csignal>
 #include <cstdio>
@@ -37,6 +39,7 @@ void misbehave(const gdn::testkit::Case &c, const gdn::testkit::BackendSession &
         for (int d = 0; d < 4; ++d) end += (t.ne[d] - 1) * t.nb[d];
         std::memset(static_cast<char *>(t.data) + end, 0x5A, g_kind == "guard" ? 16 : 256);
     }
+    if (g_kind == "gathered" && !c.pooled() && session.memory().is_host()) *static_cast<float *>(t.data) += 1.0f;
     if (g_kind == "apart" && session.memory().is_host()) {
         if (c.label() == g_last_label) *static_cast<float *>(t.data) += 1.0f;
         g_last_label = c.label();

@@ -17,6 +17,7 @@
 #include "peak.h"
 #include "problem_data.h"
 #include "report.h"
+#include "sequence_views.h"
 #include "work_items.h"
 
 namespace gdn::ops {
@@ -49,13 +50,11 @@ public:
         testkit::Mirror in(inputs, session->memory()), out(outputs, session->memory());
         in.upload();
         out.upload();
-        const gdn_problem p = testkit::problem_of(c, in);
-        const gdn_tensor o_t = out.tensor("out"), states = out.tensor("states");
-        const gdn_tensor d_out = in.tensor("d_out"), d_states = in.tensor("d_states");
-        const gdn_grads grads = testkit::grads_of(out);
+        // In place, every run updates the pool again: decoding, one token after another.
+        const testkit::CallTensors t = testkit::call_tensors(c, in, out);
         auto call = [&] {
-            return c.op == testkit::Op::Forward ? session->forward(p, &o_t, &states)
-                                                : session->backward(p, &d_out, &d_states, &grads);
+            return c.op == testkit::Op::Forward ? session->forward(t.problem, &t.out, &t.states)
+                                                : session->backward(t.problem, &t.d_out, &t.d_states, &t.grads);
         };
         // The state's bandwidth ceiling, measured before the case runs (so that its buffers, not
         // the copy's, are the ones in cache when it is timed).

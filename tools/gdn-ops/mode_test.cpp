@@ -7,6 +7,7 @@
 #include "isolation.h"
 #include "metrics.h"
 #include "modes.h"
+#include "pool_gather.h"
 #include "problem_data.h"
 #include "report.h"
 #include "thresholds.h"
@@ -113,6 +114,8 @@ public:
         rec.values = {{"nmse", worst_nmse}, {"maxrel", worst_rel}};
         if (!c.cu_seqlens.empty() && r.status == GDN_OK && r.stray_write.empty())
             check_against_sequences_apart(c, inputs, *session, r.outputs, rec, suspect);
+        if (c.pooled() && r.status == GDN_OK && r.stray_write.empty())
+            check_against_gathered_batch(c, inputs, *session, r.outputs, rec, suspect);
         return rec;
     }
 
@@ -147,6 +150,48 @@ private:
         rec.note += (rec.note.empty() ? "" : "; ") + std::string("packed vs sequences apart: ") + failure;
     }
 
+    // A pooled case against the same backend's call on a plain batch, its states gathered from
+    // the pool's slots by the harness (tools/testkit/pool_gather.h): the metric `pool`, the worst
+    // NMSE (0: the same values), and `pool_bits`, 1 when every value is the same bit for bit;
+    // above the case's limits the case fails with "pool vs gathered batch" in its note.
+    static void check_against_gathered_batch(const testkit::Case &c, const testkit::TensorSet &inputs,
+                                             testkit::BackendSession &session, const testkit::TensorSet &pooled,
+                                             Record &rec, bool &suspect) {
+        const testkit::Case batch = testkit::batch_case(c);
+        testkit::TensorSet batch_inputs = testkit::gather_inputs(c, inputs);
+        const testkit::RunResult r = testkit::run_case(batch, batch_inputs, session);
+        std::string failure;
+        if (r.status != GDN_OK) failure = std::string(gdn_status_string(r.status)) + ": " + r.error;
+        else if (!r.stray_write.empty()) {
+            failure = r.stray_write;
+            suspect = true;
+        }
+        const bool compared = failure.empty();
+        double worst = 0;
+        bool same_bits = compared;
+        for (const std::string &name : output_names(c)) {
+            if (!compared) break;
+            const testkit::OutputPair pair = testkit::pooled_and_batch(c, name, pooled, r.outputs);
+            const testkit::Comparison cmp = testkit::compare(pair.pooled, pair.batch);
+            worst = std::max(worst, cmp.nmse);
+            same_bits = same_bits && same_values(pair.pooled, pair.batch);
+            if (const std::string outside = outside_limits(name, cmp, testkit::test_threshold(c, name)); !outside.empty())
+                failure += (failure.empty() ? "" : ", ") + outside;
+        }
+        rec.values.emplace_back("pool", failure.empty() ? worst : INFINITY);
+        rec.values.emplace_back("pool_bits", same_bits ? 1.0 : 0.0);
+        if (failure.empty()) return;
+        rec.verdict = Verdict::Fail;
+        rec.note += (rec.note.empty() ? "" : "; ") + std::string("pool vs gathered batch: ") + failure;
+    }
+
+    static bool same_values(const std::vector<double> &a, const std::vector<double> &b) {
+        if (a.size() != b.size()) return false;
+        for (size_t i = 0; i < a.size(); ++i)
+            if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+        return true;
+    }
+
     const Options &o_;
     const std::vector<testkit::BackendSpec> &backends_;
     const std::vector<WorkItem> &items_;
@@ -155,23 +200,29 @@ private:
     std::map<std::string, testkit::TensorSet> ref_outputs_;  // by label and seed
 };
 
-// One line for the packed cases' check against their sequences apart (metric `seqs`), per
-// backend: how many agreed, and the worst NMSE among them.
-void say_sequences_apart(const Report &report, const std::vector<testkit::BackendSpec> &backends) {
+// One line per backend for a check against the same backend's other calls (metric `metric`):
+// how many agreed, and the worst NMSE among them; with `bits_metric`, how many bit for bit.
+void say_agreement(const Report &report, const std::vector<testkit::BackendSpec> &backends, const char *metric,
+                   const char *bits_metric, const char *what) {
     for (const testkit::BackendSpec &b : backends) {
-        int checked = 0, agreed = 0;
+        int checked = 0, agreed = 0, same_bits = 0;
         double worst = 0;
-        for (const Record &r : report.records())
-            for (const auto &[name, value] : r.values)
-                if (r.backend == b.label && name == "seqs") {
+        for (const Record &r : report.records()) {
+            if (r.backend != b.label) continue;
+            for (const auto &[name, value] : r.values) {
+                if (name == metric) {
                     ++checked;
                     if (std::isfinite(value)) ++agreed, worst = std::max(worst, value);
                 }
+                if (bits_metric && name == bits_metric && value == 1.0) ++same_bits;
+            }
+        }
         if (checked == 0) continue;
-        char buf[192];
-        std::snprintf(buf, sizeof buf, "  %s: packed calls against their sequences called apart: %d/%d agree (worst nmse %.3g)",
-                      b.label.c_str(), agreed, checked, worst);
-        report.say(buf);
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "  %s: %s: %d/%d agree (worst nmse %.3g)", b.label.c_str(), what, agreed, checked, worst);
+        std::string line = buf;
+        if (bits_metric) line += ", " + std::to_string(same_bits) + " bit for bit";
+        report.say(line);
     }
 }
 
@@ -198,7 +249,8 @@ int run_test(const Options &o) {
     };
     plan.make_runner = [&] { return std::make_unique<TestRunner>(o, compared, items); };
     run_items(report, plan, o.isolate);
-    say_sequences_apart(report, compared);
+    say_agreement(report, compared, "seqs", nullptr, "packed calls against their sequences called apart");
+    say_agreement(report, compared, "pool", "pool_bits", "pooled calls against their states gathered into a batch");
     return report.finish();
 }
 

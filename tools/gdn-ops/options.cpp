@@ -20,7 +20,7 @@ const char kUsage[] =
     "  grad     each backend's backward against finite differences of the REF forward in F64\n"
     "  perf     median time, CPU time, tokens/s, canonical GFLOP/s and % of this machine's F32 FMA peak\n"
     "  support  which backend takes which case\n"
-    "  list     the cases test, grad and support run, by group (seed, model, edge, fd, varlen);\n"
+    "  list     the cases test, grad and support run, by group (seed, model, edge, fd, varlen, serving);\n"
     "           list GROUP: that group only; list perf: the cases perf runs; list --preset: the presets\n"
     "\n"
     "options:\n"
@@ -46,6 +46,11 @@ const char kUsage[] =
     "                   csv: a header, then a row per case and backend, a column per metric\n"
     "  --version        the version of gdn, then exit\n"
     "  -h, --help       this text\n"
+    "\n"
+    "Case labels name the shape and data of a case; serving cases add state=vmajor (value-major states)\n"
+    "or state=mixed (inputs value-major, outputs key-major), slots=S,idx=PATTERN[:i32] (a state pool of S\n"
+    "slots, state_indices in order, with gaps, reversed, shuffled or with negative entries) and inplace=1\n"
+    "(states is the state tensor itself).\n"
     "\n"
     "Exit status: 0 when everything that ran passed, 1 when a case failed or nothing ran, 2 for a\n"
     "command line or model source that cannot be used.\n";
@@ -255,10 +260,13 @@ std::vector<testkit::Case> select_cases(const Options &o) {
     std::vector<testkit::Case> all;
     if (o.model) {
         const ModelShape &m = *o.model;
-        // perf: decoding, short inputs (speculative decoding, small prefills), and prefill.
+        // perf: decoding, short inputs (speculative decoding, small prefills), and prefill; and
+        // serving decode, batches of requests in a state pool.
         const std::vector<int64_t> tokens = perf_cases ? std::vector<int64_t>{1, 4, 16, 64, 512, 4096}
                                                        : std::vector<int64_t>{1, 64, 130};
         all = testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, tokens, "model");
+        if (perf_cases)
+            for (const testkit::Case &c : testkit::serving_decode_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, "model")) all.push_back(c);
         for (testkit::Case &c : all) c.heads = m.heads;
     } else {
         all = perf_cases ? testkit::perf_cases() : testkit::default_cases();

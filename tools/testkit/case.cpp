@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "random.h"
 
@@ -29,6 +30,59 @@ const char *beta_name(BetaFill b) {
     return "?";
 }
 
+const char *state_layout_name(StateLayout l) {
+    switch (l) {
+        case StateLayout::KeyMajor: return "kmajor";
+        case StateLayout::ValueMajor: return "vmajor";
+        case StateLayout::Mixed: return "mixed";
+    }
+    return "?";
+}
+
+const char *slot_pattern_name(SlotPattern p) {
+    switch (p) {
+        case SlotPattern::InOrder: return "order";
+        case SlotPattern::Gaps: return "gaps";
+        case SlotPattern::Reversed: return "reversed";
+        case SlotPattern::Shuffled: return "shuffled";
+        case SlotPattern::Negative: return "negative";
+    }
+    return "?";
+}
+
+std::vector<int64_t> slot_indices(SlotPattern pattern, int64_t n, int64_t slots) {
+    std::vector<int64_t> out(static_cast<size_t>(n));
+    std::vector<int64_t> permutation(static_cast<size_t>(slots));
+    for (int64_t s = 0; s < slots; ++s) permutation[static_cast<size_t>(s)] = s;
+    Random rng(hash_string("slot_indices") + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(slots * 1000003 + n));
+    for (int64_t s = slots - 1; s > 0; --s) std::swap(permutation[static_cast<size_t>(s)], permutation[static_cast<size_t>(rng.below(s + 1))]);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t spread = i * slots / n;  // distinct for slots >= n, gaps between for slots > n
+        int64_t &slot = out[static_cast<size_t>(i)];
+        switch (pattern) {
+            case SlotPattern::InOrder: slot = i; break;
+            case SlotPattern::Gaps: slot = spread; break;
+            case SlotPattern::Reversed: slot = slots - 1 - spread; break;
+            case SlotPattern::Shuffled: slot = permutation[static_cast<size_t>(i)]; break;
+            case SlotPattern::Negative: slot = i % 3 == 1 ? -1 - i / 3 % 3 : spread; break;
+        }
+    }
+    return out;
+}
+
+void Case::use_pool(int64_t slots, SlotPattern pattern, gdn_type index_type) {
+    pool.slots = slots;
+    pool.pattern = pattern;
+    pool.index_type = index_type;
+    pool.indices = slot_indices(pattern, state_sequences(), slots);
+    pool.indices_i32.assign(pool.indices.begin(), pool.indices.end());
+}
+
+int64_t Case::sequences_with_state() const {
+    if (!pooled()) return state_sequences();
+    return std::count_if(pool.indices.begin(), pool.indices.end(), [](int64_t slot) { return slot >= 0; });
+}
+
 std::string Case::label() const {
     char buf[384];
     const Shape &s = shape;
@@ -43,6 +97,15 @@ std::string Case::label() const {
         out.pop_back();
         out += ",seqs=" + std::to_string(sequences()) + ")";
     }
+    // The serving options only where they apply, so that every other case keeps its label (and
+    // so its data, see seed()).
+    std::string serving;
+    if (state_layout != StateLayout::KeyMajor) serving += std::string(",state=") + state_layout_name(state_layout);
+    if (pooled())
+        serving += ",slots=" + std::to_string(pool.slots) + ",idx=" + slot_pattern_name(pool.pattern) +
+                   (pool.index_type == GDN_TYPE_I32 ? ":i32" : "");
+    if (in_place) serving += ",inplace=1";
+    if (!serving.empty()) out.insert(out.size() - 1, serving);
     return out;
 }
 
@@ -86,7 +149,7 @@ double Case::canonical_flops() const {
 bool Case::state_bound() const { return op == Op::Forward && shape.T <= 16 && forward_state_bytes() > 0; }
 
 double Case::forward_state_bytes() const {
-    const double state = sizeof(float) * static_cast<double>(shape.Sk * shape.Sv * shape.Hv * state_sequences());
+    const double state = sizeof(float) * static_cast<double>(shape.Sk * shape.Sv * shape.Hv * sequences_with_state());
     const int64_t slots = std::min(shape.K, shape.T);  // packed: the slots of sequences at least K long
     return state * ((s0 ? 1 : 0) + static_cast<double>(slots));
 }
@@ -106,6 +169,7 @@ void add_both_ops(std::vector<Case> &out, Case c) {
     c.op = Op::Forward;
     out.push_back(c);
     c.op = Op::Backward;
+    c.in_place = false;  // a forward's option: the backward writes no states
     out.push_back(c);
 }
 
@@ -374,6 +438,127 @@ void varlen_group(std::vector<Case> &out) {
     }
 }
 
+// Serving (docs/SPEC.md, state pools): value-major states, alone and mixed with key-major ones,
+// on the per-token (T <= 16) and chunked forms and the awkward sizes; pools of every slot pattern,
+// I32 and I64 indices, in place and into another pool, with and without s0, packed; one at the
+// head size of real models. Small enough for 2 cores; the backward of every shape (grad checks
+// the pooled gradients against finite differences).
+void serving_group(std::vector<Case> &out) {
+    Shape base;
+    base.Sk = base.Sv = 16;
+    base.Hk = 2;
+    base.Hv = 4;
+    base.T = 1;
+    base.B = base.Bq = 4;
+    auto serving = [&](Shape s, StateLayout layout, bool kda = false) {
+        Case c = make("serving", s, kda, true);
+        c.state_layout = layout;
+        return c;
+    };
+    auto pooled = [&](Shape s, StateLayout layout, int64_t slots, SlotPattern pattern, bool in_place,
+                      gdn_type index_type = GDN_TYPE_I64) {
+        Case c = serving(s, layout);
+        c.use_pool(slots, pattern, index_type);
+        c.in_place = in_place;
+        return c;
+    };
+    // Value-major without a pool: decoding, speculative decoding, a chunked prefill with
+    // snapshots; the awkward sizes of the edge group; a state of one key or one value column.
+    add_both_ops(out, serving(base, StateLayout::ValueMajor));
+    {
+        Shape s = base;
+        s.T = 4;
+        s.K = 2;
+        add_both_ops(out, serving(s, StateLayout::ValueMajor, true));
+    }
+    {
+        Shape s = base;
+        s.T = 70;
+        s.B = s.Bq = 2;
+        s.K = 3;
+        add_both_ops(out, serving(s, StateLayout::ValueMajor));
+        add_both_ops(out, serving(s, StateLayout::Mixed, true));
+    }
+    for (auto [Sk, Sv, T] : {std::tuple<int64_t, int64_t, int64_t>{67, 128, 70}, {45, 30, 9}, {4, 1, 5}, {1, 4, 33}}) {
+        Shape s = base;
+        s.Sk = Sk;
+        s.Sv = Sv;
+        s.T = T;
+        s.Hk = 1;
+        s.Hv = 2;
+        s.B = s.Bq = 1;
+        add_both_ops(out, serving(s, StateLayout::ValueMajor, Sk == 45));
+    }
+    // Pools: each slot pattern; decoding updates in place, the others write another pool.
+    add_both_ops(out, pooled(base, StateLayout::ValueMajor, 9, SlotPattern::Shuffled, true));
+    add_both_ops(out, pooled(base, StateLayout::KeyMajor, 8, SlotPattern::Gaps, true, GDN_TYPE_I32));
+    add_both_ops(out, pooled(base, StateLayout::Mixed, 4, SlotPattern::InOrder, false));
+    {
+        Shape s = base;
+        s.T = 4;
+        add_both_ops(out, pooled(s, StateLayout::ValueMajor, 6, SlotPattern::Reversed, true, GDN_TYPE_I32));
+        s.B = s.Bq = 7;
+        add_both_ops(out, pooled(s, StateLayout::ValueMajor, 10, SlotPattern::Negative, true));
+        add_both_ops(out, pooled(s, StateLayout::KeyMajor, 7, SlotPattern::Negative, false));
+    }
+    {
+        Shape s = base;  // chunked, two value heads per key head, q/k shared by two sequences
+        s.T = 70;
+        s.B = 4;
+        s.Bq = 2;
+        Case c = pooled(s, StateLayout::ValueMajor, 5, SlotPattern::Shuffled, true);
+        c.heads = GDN_HEAD_MAP_GROUPED;
+        add_both_ops(out, c);
+        add_both_ops(out, pooled(s, StateLayout::KeyMajor, 9, SlotPattern::Gaps, false));
+    }
+    {
+        Shape s = base;  // no initial state: every sequence starts from zero, the pool is written
+        s.T = 3;
+        Case c = pooled(s, StateLayout::ValueMajor, 6, SlotPattern::Negative, false);
+        c.s0 = false;
+        add_both_ops(out, c);
+    }
+    {
+        Shape s = base;  // packed requests (a mixed prefill and decode batch), in place and not
+        s.T = 40;
+        Case c = serving(s, StateLayout::ValueMajor);
+        c.pack(6);
+        c.use_pool(11, SlotPattern::Negative, GDN_TYPE_I32);
+        c.in_place = true;
+        add_both_ops(out, c);
+        c.pack(5);
+        c.use_pool(5, SlotPattern::Reversed);
+        c.in_place = false;
+        c.state_layout = StateLayout::KeyMajor;
+        add_both_ops(out, c);
+    }
+    {
+        Shape s = base;  // real head sizes
+        s.Sk = s.Sv = 128;
+        s.Hk = 2;
+        s.Hv = 6;
+        s.B = s.Bq = 3;
+        add_both_ops(out, pooled(s, StateLayout::ValueMajor, 8, SlotPattern::Shuffled, true));
+        s.T = 4;
+        add_both_ops(out, pooled(s, StateLayout::ValueMajor, 5, SlotPattern::Negative, true));
+    }
+    {
+        Shape s;  // small as the fd group's: grad's finite differences sample most elements
+        s.Sk = s.Sv = 4;
+        s.Hk = 2;
+        s.Hv = 4;
+        s.T = 9;
+        s.B = s.Bq = 4;
+        add_both_ops(out, pooled(s, StateLayout::ValueMajor, 7, SlotPattern::Negative, false));
+        s.T = 13;
+        s.B = s.Bq = 1;
+        Case c = serving(s, StateLayout::Mixed, true);
+        c.pack(4);
+        c.use_pool(6, SlotPattern::Shuffled, GDN_TYPE_I32);
+        add_both_ops(out, c);
+    }
+}
+
 std::vector<Case> default_cases() {
     std::vector<Case> out;
     seed_group(out);
@@ -381,6 +566,7 @@ std::vector<Case> default_cases() {
     edge_group(out);
     fd_group(out);
     varlen_group(out);
+    serving_group(out);
     return out;
 }
 
@@ -404,6 +590,23 @@ std::vector<Case> perf_cases() {
         c.pack(64);
         out.push_back(c);
     }
+    for (const Case &c : serving_decode_cases("qwen3.5-27b", 128, 128, 16, 48, "perf")) out.push_back(c);
+    return out;
+}
+
+std::vector<Case> serving_decode_cases(const std::string &model, int64_t Sk, int64_t Sv, int64_t Hk, int64_t Hv,
+                                       const std::string &group) {
+    std::vector<Case> out;
+    for (int64_t T : {1, 4})
+        for (int64_t requests : {1, 16, 64})
+            for (Case c : model_cases(model, Sk, Sv, Hk, Hv, {T}, group)) {
+                if (c.op != Op::Forward) continue;
+                c.shape.B = c.shape.Bq = requests;
+                c.state_layout = StateLayout::ValueMajor;
+                c.use_pool(2 * requests, SlotPattern::Shuffled);
+                c.in_place = true;
+                out.push_back(c);
+            }
     return out;
 }
 

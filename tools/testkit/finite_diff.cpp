@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <stdexcept>
 
 #include "problem_data.h"
@@ -83,7 +82,9 @@ public:
         p.g = tokens(g, u.h, u.b, g.ne[0]);
         p.beta = tokens(in_.host("beta"), u.h, u.b, 1);
         const gdn_tensor s0 = in_.host("state");
-        if (s0.data) {
+        if (s0.data && c_.pooled()) {
+            p.state = gathered_states(s0, u.h, packed ? first : u.b, n_seq);
+        } else if (s0.data) {
             p.state = s0;
             p.state.data = static_cast<char *>(s0.data) + u.h * s0.nb[2] + (packed ? first : u.b) * s0.nb[3];
             p.state.ne[2] = 1;
@@ -111,16 +112,34 @@ public:
             const int64_t length = packed ? window[m + 1] - window[m] : T;
             const int64_t written = std::min(z.K, length);
             const int64_t case_index = packed ? first + m : u.b, case_count = packed ? c_.sequences() : z.B;
-            for (int64_t slot = 0; slot < written; ++slot)
+            if (c_.slot_of(case_index) < 0) continue;  // a negative pool index: no final state written
+            for (int64_t slot = 0; slot < written; ++slot) {
+                const int64_t index = c_.pooled() ? c_.slot_of(case_index) : slot * case_count + case_index;
                 for (int64_t j = 0; j < z.Sv; ++j)
                     for (int64_t i = 0; i < z.Sk; ++i)
-                        loss += at(d_states, i, j, u.h, slot * case_count + case_index) *
+                        loss += at(d_states, i, j, u.h, index) *
                                 states_[static_cast<size_t>(((slot * n_seq + m) * z.Sv + j) * z.Sk + i)];
+            }
         }
         return loss;
     }
 
 private:
+    // The initial states of sequences [first, first + count) at value head h, copied out of their
+    // pool slots (zeros for a negative index) as the unit's plain batch, so that the unit's
+    // forward does not go through the library's own pool handling.
+    gdn_tensor gathered_states(const gdn_tensor &pool, int64_t h, int64_t first, int64_t count) {
+        const gdn_tensor t = contiguous(s0_, sz_.Sk, sz_.Sv, 1, count);
+        for (int64_t m = 0; m < count; ++m) {
+            const int64_t slot = c_.slot_of(first + m);
+            if (slot < 0) continue;
+            for (int64_t j = 0; j < sz_.Sv; ++j)
+                for (int64_t i = 0; i < sz_.Sk; ++i)
+                    s0_[static_cast<size_t>((m * sz_.Sv + j) * sz_.Sk + i)] = at(pool, i, j, h, slot);
+        }
+        return t;
+    }
+
     static double at(const gdn_tensor &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
         return *reinterpret_cast<const double *>(static_cast<const char *>(t.data) + i0 * t.nb[0] + i1 * t.nb[1] +
                                                  i2 * t.nb[2] + i3 * t.nb[3]);
@@ -130,7 +149,7 @@ private:
     TensorSet &in_;
     gdn_context *ref_;
     Sizes sz_;
-    std::vector<double> out_, states_;
+    std::vector<double> out_, states_, s0_;
 };
 
 struct Target {
@@ -142,16 +161,28 @@ constexpr Target kTargets[] = {{"dq", "q"}, {"dk", "k"}, {"dv", "v"}, {"dg", "g"
 
 std::vector<Unit> readers_unpacked(const Sizes &z, const std::string &input, const int64_t idx[4]);
 
+// The sequence whose initial state is state index s (its pool slot, with a pool); -1: none.
+int64_t sequence_of_state(const Case &c, int64_t s) {
+    if (!c.pooled()) return s;
+    for (int64_t n = 0; n < c.state_sequences(); ++n)
+        if (c.slot_of(n) == s) return n;
+    return -1;
+}
+
 // The units that read element (i0, i1, i2, i3) of `input`; in a packed case, with the element's sequence.
-std::vector<Unit> readers(const Sizes &z, const std::vector<int64_t> &offsets, const std::string &input, const int64_t idx[4]) {
+std::vector<Unit> readers(const Case &c, const Sizes &z, const std::string &input, const int64_t idx[4]) {
+    const std::vector<int64_t> &offsets = c.cu_seqlens;
+    if (input == "state") {
+        const int64_t n = sequence_of_state(c, idx[3]);
+        if (n < 0) return {};
+        return {offsets.empty() ? Unit{n, idx[2]} : Unit{0, idx[2], n}};
+    }
     std::vector<Unit> units = readers_unpacked(z, input, idx);
     if (offsets.empty()) return units;
     for (Unit &u : units) {
         u.b = 0;
-        u.seq = input == "state" ? idx[3]
-                                 : static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), idx[2]) - offsets.begin()) - 1;
+        u.seq = static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), idx[2]) - offsets.begin()) - 1;
     }
-    if (input == "state") units = {{0, idx[2], idx[3]}};
     return units;
 }
 
@@ -161,8 +192,6 @@ std::vector<Unit> readers_unpacked(const Sizes &z, const std::string &input, con
         for (int64_t b = 0; b < z.B; ++b)
             for (int64_t h = 0; h < z.Hv; ++h)
                 if (z.qk_sequence(b) == idx[3] && z.key_head(h) == idx[1]) units.push_back({b, h});
-    } else if (input == "state") {
-        units.push_back({idx[3], idx[2]});
     } else {
         units.push_back({idx[3], idx[1]});
     }
@@ -198,20 +227,29 @@ std::vector<GradientCheck> check_gradients(const Case &c, uint64_t seed, const T
     for (const Target &target : kTargets) {
         const std::vector<double> analytic = grads.read(target.grad);
         const gdn_tensor in = inputs.host(target.input);
-        const int64_t count = in.ne[0] * in.ne[1] * in.ne[2] * in.ne[3];
+        // The elements the gradient has: a pool's, those of the slots a sequence names (the
+        // others are the caller's, untouched: gdn-ops test holds them to REF's).
+        std::vector<int64_t> states(1, -1);  // -1: the whole tensor
+        const int64_t per_state = in.ne[0] * in.ne[1] * in.ne[2];
+        if (c.pooled() && std::string(target.input) == "state") {
+            states.clear();
+            for (int64_t n = 0; n < c.state_sequences(); ++n)
+                if (c.slot_of(n) >= 0) states.push_back(c.slot_of(n));
+        }
+        const int64_t count = states[0] < 0 ? per_state * in.ne[3] : per_state * static_cast<int64_t>(states.size());
+        auto element = [&](int64_t k) { return states[0] < 0 ? k : states[static_cast<size_t>(k / per_state)] * per_state + k % per_state; };
         std::vector<int64_t> chosen;
         if (count <= samples) {
-            chosen.resize(static_cast<size_t>(count));
-            std::iota(chosen.begin(), chosen.end(), 0);
+            for (int64_t k = 0; k < count; ++k) chosen.push_back(element(k));
         } else {
-            for (int n = 0; n < samples; ++n) chosen.push_back(rng.below(count));
+            for (int n = 0; n < samples; ++n) chosen.push_back(element(rng.below(count)));
         }
         std::vector<Sample> results;
         for (int64_t flat : chosen) {
             const int64_t idx[4] = {flat % in.ne[0], flat / in.ne[0] % in.ne[1], flat / (in.ne[0] * in.ne[1]) % in.ne[2],
                                     flat / (in.ne[0] * in.ne[1] * in.ne[2])};
             double *x = inputs.element_f64(target.input, idx[0], idx[1], idx[2], idx[3]);
-            const std::vector<Unit> units = readers(z, c.cu_seqlens, target.input, idx);
+            const std::vector<Unit> units = readers(c, z, target.input, idx);
             const double x0 = *x, h = 1e-3 * std::max(1.0, std::fabs(x0));
             auto loss_at = [&](double value) {
                 *x = value;

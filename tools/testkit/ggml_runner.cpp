@@ -55,6 +55,15 @@ public:
             why = "ggml's gated delta net takes no packed sequences (cu_seqlens)";
             return GDN_ERROR_UNSUPPORTED;
         }
+        if (p.state_indices.data != nullptr) {
+            why = "ggml's gated delta net takes no state pool (state_indices)";
+            return GDN_ERROR_UNSUPPORTED;
+        }
+        for (const gdn_tensor *t : {&p.state, states})
+            if (t && t->data && t->nb[0] != static_cast<int64_t>(sizeof(float)) && t->ne[0] > 1) {
+                why = "ggml's gated delta net keeps states key-major (nb[0] = element size); this case's are value-major";
+                return GDN_ERROR_UNSUPPORTED;
+            }
         if (p.q.type != GDN_TYPE_F32) {
             why = "ggml's gated delta net takes F32 tensors";
             return GDN_ERROR_TYPE;

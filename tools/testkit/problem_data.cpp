@@ -45,14 +45,26 @@ void add_qkv(TensorSet &set, const Case &c, const char *q, const char *k, const 
 // tax exactly the state traffic that decoding is about). Other strided cases pad everything.
 bool padded_others(const Case &c) { return c.strided && c.model.empty(); }
 
-void add_others(TensorSet &set, const Case &c, const char *g, const char *beta, const char *state) {
+// Whether a state-shaped tensor lies value-major: every one in a value-major case; the inputs
+// (state, d_states) only in a mixed one.
+bool value_major(const Case &c, bool is_output) {
+    return c.state_layout == StateLayout::ValueMajor || (c.state_layout == StateLayout::Mixed && !is_output);
+}
+
+void add_state_tensor(TensorSet &set, const Case &c, const char *name, int64_t count, bool is_output) {
+    const Shape &s = c.shape;
+    const int64_t ne[4] = {s.Sk, s.Sv, s.Hv, count};
+    set.add_tensor(name, ne, padded_others(c), value_major(c, is_output));
+}
+
+// g and beta (or their gradients), and the initial state (or its gradient) when `state` is named.
+void add_others(TensorSet &set, const Case &c, const char *g, const char *beta, const char *state, bool outputs) {
     const Shape &s = c.shape;
     const int64_t g_ne[4] = {c.kda ? s.Sk : 1, s.Hv, s.T, s.B};
     const int64_t beta_ne[4] = {1, s.Hv, s.T, s.B};
-    const int64_t state_ne[4] = {s.Sk, s.Sv, s.Hv, c.state_sequences()};
     set.add_tensor(g, g_ne, padded_others(c));
     set.add_tensor(beta, beta_ne, padded_others(c));
-    if (state) set.add_tensor(state, state_ne, padded_others(c));
+    if (state) add_state_tensor(set, c, state, c.initial_states(), outputs);
 }
 
 double round_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
@@ -112,12 +124,11 @@ TensorSet make_inputs(const Case &c, gdn_type type, uint64_t seed) {
     TensorSet set(type);
     const Shape &s = c.shape;
     add_qkv(set, c, "q", "k", "v");
-    add_others(set, c, "g", "beta", c.s0 ? "state" : nullptr);
+    add_others(set, c, "g", "beta", c.s0 ? "state" : nullptr, false);
     if (c.op == Op::Backward) {
         const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
-        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, c.state_sequences() * s.K};
         set.add_tensor("d_out", out_ne, padded_others(c));
-        set.add_tensor("d_states", states_ne, padded_others(c));
+        add_state_tensor(set, c, "d_states", c.final_states(), false);
     }
     set.poison();  // gaps stay poison: a read of one would show as NaN
     Random rng(seed);
@@ -140,15 +151,19 @@ TensorSet make_outputs(const Case &c, gdn_type type) {
     const Shape &s = c.shape;
     if (c.op == Op::Forward) {
         const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
-        const int64_t states_ne[4] = {s.Sk, s.Sv, s.Hv, c.state_sequences() * s.K};
         set.add_tensor("out", out_ne, padded_others(c));
-        set.add_tensor("states", states_ne, padded_others(c));
+        if (!c.in_place) add_state_tensor(set, c, "states", c.final_states(), true);  // else the inputs' state
     } else {
         add_qkv(set, c, "dq", "dk", "dv");
-        add_others(set, c, "dg", "dbeta", "ds0");
+        add_others(set, c, "dg", "dbeta", "ds0", true);
     }
     set.poison();
     return set;
+}
+
+void keep_final_states(const Case &c, const TensorSet &inputs_after, TensorSet &outputs) {
+    add_state_tensor(outputs, c, "states", c.final_states(), true);
+    outputs.write("states", inputs_after.read("state"));
 }
 
 gdn_problem problem_of(const Case &c, const Mirror &inputs) {
@@ -168,6 +183,18 @@ gdn_problem problem_of(const Case &c, const Mirror &inputs) {
         p.cu_seqlens.ne[1] = p.cu_seqlens.ne[2] = p.cu_seqlens.ne[3] = 1;
         p.cu_seqlens.nb[0] = sizeof(int64_t);
         for (int d = 1; d < 4; ++d) p.cu_seqlens.nb[d] = p.cu_seqlens.ne[0] * static_cast<int64_t>(sizeof(int64_t));
+    }
+    if (c.pooled()) {  // host memory too
+        const bool i32 = c.pool.index_type == GDN_TYPE_I32;
+        const auto elem = static_cast<int64_t>(i32 ? sizeof(int32_t) : sizeof(int64_t));
+        gdn_tensor &t = p.state_indices;
+        t.data = i32 ? static_cast<void *>(const_cast<int32_t *>(c.pool.indices_i32.data()))
+                     : static_cast<void *>(const_cast<int64_t *>(c.pool.indices.data()));
+        t.type = c.pool.index_type;
+        t.ne[0] = static_cast<int64_t>(c.pool.indices.size());
+        t.ne[1] = t.ne[2] = t.ne[3] = 1;
+        t.nb[0] = elem;
+        for (int d = 1; d < 4; ++d) t.nb[d] = t.ne[0] * elem;
     }
     return p;
 }

@@ -15,8 +15,13 @@ namespace gdn::testkit {
 // an F64 problem of one case and seed hold exactly the same numbers.
 TensorSet make_inputs(const Case &c, gdn_type type, uint64_t seed);
 
-// Outputs: out, states (forward); dq, dk, dv, dg, dbeta, ds0 (backward).
+// Outputs: out, states (forward; not when in place: the call writes the inputs' state); dq, dk,
+// dv, dg, dbeta, ds0 (backward).
 TensorSet make_outputs(const Case &c, gdn_type type);
+
+// After an in-place forward: the final states (the inputs' state, as the call left it) copied
+// into the outputs as "states", laid out as the state is, so that they compare like any output.
+void keep_final_states(const Case &c, const TensorSet &inputs_after, TensorSet &outputs);
 
 gdn_problem problem_of(const Case &c, const Mirror &inputs);
 gdn_grads grads_of(const Mirror &outputs);

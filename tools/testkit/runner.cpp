@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <stdexcept>
 
 #include "problem_data.h"
@@ -99,8 +100,13 @@ gdn_status run_calls(const Case &c, const CallTensors &t, BackendSession &sessio
 RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session, Calls calls) {
     RunResult r;
     try {
+        // In place, the call writes its final states into the inputs' state: it runs on a copy,
+        // so that the inputs stay what every backend and every call is given.
+        std::optional<TensorSet> copy;
+        if (c.in_place) copy = inputs;
+        TensorSet &call_inputs = copy ? *copy : inputs;
         r.outputs = make_outputs(c, inputs.type());
-        Mirror in(inputs, session.memory()), out(r.outputs, session.memory());
+        Mirror in(call_inputs, session.memory()), out(r.outputs, session.memory());
         in.upload();
         out.upload();
         r.status = run_calls(c, call_tensors(c, in, out), session, calls);
@@ -109,7 +115,8 @@ RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session, Ca
         out.download();
         in.download();
         r.stray_write = r.outputs.changed_outside_views();
-        if (r.stray_write.empty()) r.stray_write = inputs.changed_outside_views();
+        if (r.stray_write.empty()) r.stray_write = call_inputs.changed_outside_views();
+        if (c.in_place && c.op == Op::Forward) keep_final_states(c, call_inputs, r.outputs);
     } catch (const std::exception &e) {
         r.status = GDN_ERROR_BACKEND;
         r.error = std::string("harness: ") + e.what();

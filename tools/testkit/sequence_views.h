@@ -25,7 +25,8 @@ struct CallTensors {
 CallTensors call_tensors(const Case &c, const Mirror &inputs, const Mirror &outputs);
 
 // Sequence n of packed case c (c.cu_seqlens) as an unpacked call (B = Bq = 1, no cu_seqlens)
-// on views of the packed call's tensors.
+// on views of the packed call's tensors; with a pool, on its slot's states (none for a
+// negative index) and no state_indices.
 CallTensors sequence_views(const Case &c, const CallTensors &packed, int64_t n);
 
 }  // namespace gdn::testkit

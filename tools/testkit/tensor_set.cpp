@@ -15,14 +15,15 @@ int TensorSet::add_buffer(size_t bytes) {
     return static_cast<int>(buffers_.size()) - 1;
 }
 
-void TensorSet::add_tensor(const std::string &name, const int64_t ne[4], bool padded) {
+void TensorSet::add_tensor(const std::string &name, const int64_t ne[4], bool padded, bool swap01) {
     View v;
     const auto es = static_cast<int64_t>(element_size());
-    v.nb[0] = es;
-    int64_t stride = ne[0] * es + (padded ? 3 * es : 0);
+    const int order[4] = {swap01 ? 1 : 0, swap01 ? 0 : 1, 2, 3};  // dimensions from innermost out
+    v.nb[order[0]] = es;
+    int64_t stride = ne[order[0]] * es + (padded ? 3 * es : 0);
     for (int d = 1; d < 4; ++d) {
-        v.nb[d] = stride;
-        stride = stride * ne[d] + (padded ? (2 * d + 1) * es : 0);
+        v.nb[order[d]] = stride;
+        stride = stride * ne[order[d]] + (padded ? (2 * d + 1) * es : 0);
     }
     for (int d = 0; d < 4; ++d) v.ne[d] = ne[d];
     int64_t span = es;
@@ -106,7 +107,7 @@ std::string TensorSet::changed_outside_views() const {
         for (const auto &[name, v] : views_) {
             if (v.buffer != static_cast<int>(bi)) continue;
             const gdn_tensor t = host(name);
-            const auto es = static_cast<size_t>(t.nb[0]);
+            const size_t es = element_size();
             for_each_element(t, [&](const uint8_t *p) {
                 const size_t at = static_cast<size_t>(p - b.storage.data());
                 for (size_t k = 0; k < es; ++k) covered[at + k] = true;

@@ -33,8 +33,10 @@ public:
 
     int add_buffer(size_t bytes);
     // A tensor in a buffer of its own: contiguous, or with gaps after every row and outer
-    // dimension when `padded` (so that strides differ from a contiguous layout).
-    void add_tensor(const std::string &name, const int64_t ne[4], bool padded);
+    // dimension when `padded` (so that strides differ from a contiguous layout). `swap01`: the
+    // first two dimensions in the other order in memory (nb[1] = element size: a state tensor
+    // [Sk, Sv, Hv, *] value-major).
+    void add_tensor(const std::string &name, const int64_t ne[4], bool padded, bool swap01 = false);
     void add_view(const std::string &name, const View &view);
 
     bool has(const std::string &name) const { return views_.count(name) != 0; }
