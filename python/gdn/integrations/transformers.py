@@ -33,7 +33,8 @@ final_state None unless ``output_final_state``. A chunk with no tokens (assisted
 sends them) returns an empty o and the initial state. What differs, on purpose: ``chunk_size`` is
 ignored (gdn chooses its own blocking; the result is the same recurrence); the final state is in
 gdn's compute dtype (float32, or float64 for float64 inputs, where transformers' function rounds
-to float32) and is a transposed view, which the cache copies; ``cu_seqlens`` (packed sequences,
+to float32); the decoding step updates the cache's state in place (``recurrent_gated_delta_rule``
+below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences,
 passed by the layer as ``cu_seq_lens_q``) works, where transformers' function refuses it without
 FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the layer passes is ignored, as
 transformers' function ignores it.
@@ -58,6 +59,8 @@ import torch
 
 from .. import _errors
 from .. import torch as _gdn_torch
+from .._fla_args import compute_dtype as _compute_dtype
+from .._fla_args import readable_state
 
 __all__ = ["MODELS", "patch", "unpatch", "patched", "patched_models",
            "chunk_gated_delta_rule", "recurrent_gated_delta_rule"]
@@ -104,12 +107,32 @@ def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_st
                              use_qk_l2norm_in_kernel, cu_seqlens, scale)
 
 
+def _updatable_in_place(initial_state, output_final_state, tensors):
+    """Whether the decoding step can write its final state over ``initial_state``: the layer asks
+    for the final state (to store it in the cache, over that very tensor), which is in the compute
+    dtype with K or V contiguous, and no gradient flows."""
+    if initial_state is None or not output_final_state:
+        return False
+    query, key, value = tensors[:3]
+    if initial_state.dtype != _compute_dtype(query, key, value) or readable_state(initial_state) is not initial_state:
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, initial_state)))
+
+
 def recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
                                use_qk_l2norm_in_kernel=False, *, cu_seqlens=None, scale=None, **ignored):
     """gdn in place of transformers' ``torch_recurrent_gated_delta_rule`` (cached decoding).
 
-    Same parameters in the same order; unknown keywords are ignored.
+    Same parameters in the same order; unknown keywords are ignored. When the layer asks for the
+    final state of a cached state it can overwrite (float32, or float64 for float64 inputs; no
+    gradient), the step updates ``initial_state`` in place and returns it as the final state: the
+    cache's state tensor, which the layer then stores into itself (a copy onto itself, which
+    torch skips). No state is allocated or copied per generated token.
     """
+    if _updatable_in_place(initial_state, output_final_state, (query, key, value, g, beta)):
+        return _gdn_torch.fused_recurrent_gated_delta_rule(
+            query, key, value, g, beta=beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens,
+            use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel), inplace_final_state=True)
     return _gated_delta_rule(query, key, value, g, beta, initial_state, output_final_state,
                              use_qk_l2norm_in_kernel, cu_seqlens, scale)
 
