@@ -51,15 +51,23 @@ def tensor(t):
 
 
 class Context:
-    def __init__(self, backend, threads):
+    """A gdn_context of its own (backend, threads), or ``shared=`` a ``gdn.Context``'s, borrowed: the
+    same threads and workspace as the binding's calls, so that a comparison does not set two thread
+    pools against each other on the same cores."""
+
+    def __init__(self, backend=None, threads=None, shared=None):
+        self.owner = shared
+        self.ptr = ctypes.c_void_p(shared._native.address if shared is not None else None)
+        if shared is not None:
+            return
         params = _lib.gdn_context_default_params()
         params.n_threads = threads
-        self.ptr = ctypes.c_void_p()
         if _lib.gdn_context_create(backend.encode(), ctypes.byref(params), ctypes.byref(self.ptr)) != 0:
             raise RuntimeError("gdn_context_create failed")
 
     def __del__(self):
-        _lib.gdn_context_free(self.ptr)
+        if self.owner is None and self.ptr:
+            _lib.gdn_context_free(self.ptr)
 
     def _check(self, status):
         if status != 0:

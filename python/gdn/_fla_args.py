@@ -13,14 +13,14 @@ from . import _errors
 Prepared = namedtuple("Prepared", "q k v gate beta scale cu_seqlens sequences compute out_dtype")
 
 
-def _has_broadcast_stride(t):
-    strides = t.stride()
-    return 0 in strides and any(size > 1 and stride == 0 for size, stride in zip(t.shape, strides))
+def _has_broadcast_stride(shape, strides):
+    return 0 in strides and any(size > 1 and stride == 0 for size, stride in zip(shape, strides))
 
 
 def readable(t):
     """t itself when gdn can read it in place (innermost stride 1, no broadcast strides), else a copy."""
-    if (t.stride(-1) != 1 and t.shape[-1] > 1) or _has_broadcast_stride(t):
+    shape, strides = t.shape, t.stride()
+    if (strides[-1] != 1 and shape[-1] > 1) or _has_broadcast_stride(shape, strides):
         return t.contiguous()
     return t
 
@@ -28,9 +28,10 @@ def readable(t):
 def readable_state(t):
     """A state t itself when gdn can read it in place (K or V contiguous: either layout, no broadcast
     strides), else a contiguous copy."""
-    rows_contiguous = t.shape[-1] == 1 or t.stride(-1) == 1
-    columns_contiguous = t.shape[-2] == 1 or t.stride(-2) == 1
-    if _has_broadcast_stride(t) or not (rows_contiguous or columns_contiguous):
+    shape, strides = t.shape, t.stride()
+    rows_contiguous = shape[-1] == 1 or strides[-1] == 1
+    columns_contiguous = shape[-2] == 1 or strides[-2] == 1
+    if not (rows_contiguous or columns_contiguous) or _has_broadcast_stride(shape, strides):
         return t.contiguous()
     return t
 

@@ -85,12 +85,18 @@ def _runner(impl, T, backward):
     return run
 
 
+def _gdn_torch_context(like):
+    """The context gdn.torch computes with for tensors like ``like``: the baseline borrows it."""
+    import gdn.torch
+    return gdn.torch._context_for(like)
+
+
 def _c_api_runner(qkv, g, beta, d_out, backward):
     import torch
     from gdn import _capi
     q, k, v = _split(qkv)
     problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1))
-    ctx = _capi.Context("cpu", torch.get_num_threads())
+    ctx = _capi.Context(shared=_gdn_torch_context(v))
     out = torch.empty_like(v)
     grads = [torch.empty_like(x) for x in (q, k, v, g, beta)]
     out_t, d_out_t = _capi.tensor(out), _capi.tensor(d_out)
@@ -152,7 +158,7 @@ def _decode_worker(B, threads, min_time, min_runs):
     q, k, v, g, beta, pool, slots = _decode_inputs(B)
     pool_by_strides = pool.transpose(-1, -2)  # gdn's [slots, HV, V, K], value-major: the same memory
     problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), pool_by_strides, state_indices=slots)
-    ctx = _capi.Context("cpu", threads)
+    ctx = _capi.Context(shared=_gdn_torch_context(v))
     out = torch.empty_like(v)
     out_t, pool_t = _capi.tensor(out), _capi.tensor(pool_by_strides)
 

@@ -179,7 +179,10 @@ def _plain_eager(*tensors):
     without the dispatcher's round trip through the registered op (about 15 us a call on the host,
     a twentieth of a 27B-shape decoding step). Anything else (tracing, fake or wrapped tensors)
     goes through the op."""
-    return not torch.compiler.is_compiling() and all(type(t) is torch.Tensor for t in tensors)
+    for t in tensors:
+        if type(t) is not torch.Tensor:
+            return False
+    return not torch.compiler.is_compiling()
 
 
 # use_qk_l2norm_in_kernel, as FLA and transformers define it: x / sqrt(sum(x^2) + eps) per row.
@@ -356,7 +359,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         _check_updatable(initial_state, p, (q, k, v, g, beta))
         update = _update_in_place if _plain_eager(p.q, p.v, initial_state) else _update_op
         o = update(p.q, p.k, p.v, p.gate, p.beta, initial_state, indices, p.cu_seqlens, p.scale, l2norm, v_first)
-        return o.to(p.out_dtype), initial_state
+        return (o if o.dtype == p.out_dtype else o.to(p.out_dtype)), initial_state
     state = initial_state if indices is None else _gathered(initial_state, indices)
     if state is not None:
         state = readable_state(state.to(p.compute))

@@ -323,6 +323,8 @@ NB_MODULE(_gdn, m) {
              nb::arg("threads"), nb::arg("chunk_size"), nb::arg("device"), nb::arg("stream"))
         .def_prop_ro("backend", &Context::backend)
         .def_prop_ro("workspace_bytes", &Context::workspace_bytes)
+        // The gdn_context* itself, for the C API called directly (ctypes); this object owns it.
+        .def_prop_ro("address", [](const Context &c) { return reinterpret_cast<uintptr_t>(c.raw()); })
         .def("release_workspace", &Context::release_workspace);
 
     m.def("forward", &forward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
