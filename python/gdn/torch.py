@@ -4,9 +4,10 @@ serving, ``fused_recurrent_gated_delta_rule``.
 Layouts are FLA's: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g and beta ``[B, T, HV]`` (g may
 also be ``[B, T, HV, K]``: a gate per key channel), states ``[N, HV, K, V]`` (``[N, HV, V, K]``
 with ``state_v_first``), with value head h reading key head ``h // (HV // H)``. States are read
-and written where they are, in either layout, by strides: no transpose, no copy. The op is registered with ``torch.library.custom_op``, so
-autograd, ``torch.compile(fullgraph=True)`` and ``torch.autograd.gradcheck`` work; its backward
-recomputes from the saved inputs (no per-token state is kept between forward and backward).
+and written where they are, in either layout, by strides: no transpose, no copy. The ops are
+registered with ``torch.library.custom_op``, so autograd, ``torch.compile(fullgraph=True)`` and
+``torch.autograd.gradcheck`` work; the backward recomputes from the saved inputs (no per-token
+state is kept between forward and backward).
 
 Where it computes: CPU tensors on the cpu backend (float32; float64 on the ref backend, the
 float64 oracle), with ``torch.get_num_threads()`` threads; CUDA tensors on the cuda backend, on
@@ -16,8 +17,8 @@ final state stays in the compute dtype. ``with gdn.torch.backend("ref"):`` force
 """
 
 import contextlib
-import warnings
 import threading
+import warnings
 from typing import Optional, Tuple
 
 import torch

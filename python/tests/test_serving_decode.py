@@ -218,6 +218,22 @@ def test_the_update_op_passes_torchs_checks():
         torch.library.opcheck(torch.ops.gdn.gated_delta_rule_update.default, args)
 
 
+def test_pool_update_under_torch_compile():
+    """Traced, the update is the registered op that mutates the pool: the same bits as eagerly."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=1))
+    pool = pool_of(3, dtype=torch.float32)
+    eager_pool, indices = pool.clone(), torch.tensor([2, 0])
+
+    def step(states):
+        return gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=states,
+                                                   ssm_state_indices=indices, use_qk_l2norm_in_kernel=True)[0]
+
+    with torch.no_grad():
+        expected = step(eager_pool)
+        o = torch.compile(step, fullgraph=True, backend="aot_eager")(pool)
+    assert torch.equal(o, expected) and torch.equal(pool, eager_pool)
+
+
 def bad_pool_calls():
     q, k, v, g, beta = (t.float() for t in inputs(B=2, T=1))
     pool = pool_of(4, dtype=torch.float32)
