@@ -218,3 +218,19 @@ def test_decoding_updates_the_cache_state_in_place_with_no_state_allocated_per_t
     assert len(seen) == 2 * 3 and all(in_place for _, in_place in seen)
     assert {address for address, _ in seen} == set(addresses.values())
     assert {i: cache.layers[i].recurrent_states[0].data_ptr() for i in (0, 2)} == addresses
+
+
+def test_decoding_step_leaves_a_state_the_cache_did_not_hand_out_alone():
+    """A caller's own state, or one of the per-token states a multi-token step keeps in a list:
+    the step returns a new final state and leaves the one it was given as it was."""
+    gen = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(2, 1, 2, 16, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 1, 4, 8, generator=gen, dtype=torch.float64)
+    g, beta = -torch.rand(2, 1, 4, generator=gen, dtype=torch.float64), torch.rand(2, 1, 4, generator=gen,
+                                                                               dtype=torch.float64)
+    state = torch.randn(2, 4, 16, 8, generator=gen, dtype=torch.float64)
+    before = state.clone()
+    with gdn_hf.patched(), torch.no_grad():
+        _, final = gdn_hf.recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=state,
+                                                     output_final_state=True, use_qk_l2norm_in_kernel=True)
+    assert final is not state and torch.equal(state, before) and not torch.equal(final, before)

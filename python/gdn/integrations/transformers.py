@@ -23,7 +23,9 @@ How: ``patch()`` targets what each model's layer (``Qwen3_5GatedDeltaNet``,
 
 Every layer of that model type then calls gdn; ``unpatch()`` puts back the very objects it
 replaced. Nothing else changes: the convolution, the norms, the cache and the attention layers
-stay transformers' own.
+stay transformers' own. ``Cache.get_recurrent_state`` is wrapped, while anything is patched, only
+to observe which state the cache hands to a layer (the decoding step updates that one in place:
+_cache_states).
 
 What the adapters keep from transformers' functions: the positional order of their parameters,
 q/k with the key-head count and v with the value-head count (value head h reads key head
@@ -57,6 +59,7 @@ import warnings
 
 import torch
 
+from . import _cache_states
 from .. import _errors
 from .. import torch as _gdn_torch
 from .._fla_args import compute_dtype as _compute_dtype
@@ -108,10 +111,11 @@ def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_st
 
 
 def _updatable_in_place(initial_state, output_final_state, tensors):
-    """Whether the decoding step can write its final state over ``initial_state``: the layer asks
-    for the final state (to store it in the cache, over that very tensor), which is in the compute
+    """Whether the decoding step can write its final state over ``initial_state``: the cache's own
+    state, just read by the layer from a cache that keeps no copy of its past (_cache_states), the
+    layer asks for the final state (to store it over that very tensor), the state is in the compute
     dtype with K or V contiguous, and no gradient flows."""
-    if initial_state is None or not output_final_state:
+    if initial_state is None or not output_final_state or not _cache_states.handed_out(initial_state):
         return False
     query, key, value = tensors[:3]
     if initial_state.dtype != _compute_dtype(query, key, value) or readable_state(initial_state) is not initial_state:
@@ -123,11 +127,12 @@ def recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None, o
                                use_qk_l2norm_in_kernel=False, *, cu_seqlens=None, scale=None, **ignored):
     """gdn in place of transformers' ``torch_recurrent_gated_delta_rule`` (cached decoding).
 
-    Same parameters in the same order; unknown keywords are ignored. When the layer asks for the
-    final state of a cached state it can overwrite (float32, or float64 for float64 inputs; no
-    gradient), the step updates ``initial_state`` in place and returns it as the final state: the
-    cache's state tensor, which the layer then stores into itself (a copy onto itself, which
-    torch skips). No state is allocated or copied per generated token.
+    Same parameters in the same order; unknown keywords are ignored. When ``initial_state`` is the
+    cache's own state, read by the layer from a cache that does not record its past, and the layer
+    asks for the final state (and the state is float32, or float64 for float64 inputs, with no
+    gradient), the step updates it in place and returns it as the final state, which the layer
+    then stores into itself (a copy onto itself, which torch skips): no state is allocated or
+    copied per generated token. Otherwise a new final state, as transformers' function returns.
     """
     if _updatable_in_place(initial_state, output_final_state, (query, key, value, g, beta)):
         return _gdn_torch.fused_recurrent_gated_delta_rule(
@@ -308,6 +313,7 @@ def patch(models=None):
                     owner = _owner(found, kind)
                     saved[(kind, key)] = getattr(owner, key) if kind == "global" else owner.__dict__.get(key, _ABSENT)
                     _install(found, kind, key, adapter)
+        _cache_states.install()
     changed = {name: reason for name, (absent, reason) in failures.items() if not absent}
     if changed:
         warnings.warn("gdn.integrations.transformers.patch(): left on transformers' own functions (structure "
@@ -341,6 +347,8 @@ def unpatch(models=None):
                 else:
                     setattr(owner, key, original)
             restored.append(name)
+        if not _originals:
+            _cache_states.remove()
     return tuple(restored)
 
 
