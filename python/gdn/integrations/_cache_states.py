@@ -28,6 +28,8 @@ def _observing(original):
     @functools.wraps(original)
     def get_recurrent_state(self, layer_idx, *args, **kwargs):
         state = original(self, layer_idx, *args, **kwargs)
+        if torch.compiler.is_compiling():  # traced code keeps transformers' functional step
+            return state
         recording = getattr(self, "is_recording_past", None)
         kept_apart = isinstance(state, torch.Tensor) and not (recording is not None and recording(layer_idx))
         _local.handed_out = weakref.ref(state) if kept_apart else None
@@ -68,6 +70,8 @@ def remove():
 def handed_out(state):
     """Whether ``state`` is the tensor the cache last handed out, from a layer that does not record
     its past. Asked once per reading: the answer is then forgotten."""
+    if torch.compiler.is_compiling():
+        return False
     ref = getattr(_local, "handed_out", None)
     _local.handed_out = None
     return ref is not None and ref() is state
