@@ -6,7 +6,7 @@ import ctypes
 
 from . import _gdn
 
-_F32, _F64 = 0, 1
+_F32, _F64, _I32, _I64 = 0, 1, 4, 5
 
 
 class Tensor(ctypes.Structure):
@@ -36,7 +36,8 @@ _lib.gdn_last_error.restype = ctypes.c_char_p
 
 
 def tensor(t):
-    """A gdn_tensor over a CPU torch tensor of up to 4 dimensions (shape reversed into ne)."""
+    """A gdn_tensor over a CPU torch tensor of up to 4 dimensions (shape reversed into ne): floats,
+    or int32 / int64 indices. A size-1 dimension gets the stride past the span of those inside it."""
     if t is None:
         return Tensor()
     item = t.element_size()
@@ -44,20 +45,29 @@ def tensor(t):
     nb = [s * item for s in reversed(t.stride())] + [0] * (4 - t.dim())
     for i in range(4):
         if ne[i] == 1:
-            nb[i] = item if i == 0 else nb[i - 1] * ne[i - 1]
-    return Tensor(t.data_ptr(), _F64 if item == 8 else _F32, (ctypes.c_int64 * 4)(*ne), (ctypes.c_int64 * 4)(*nb))
+            nb[i] = max([item] + [nb[j] * ne[j] for j in range(i)])
+    kind = {(True, 8): _F64, (True, 4): _F32, (False, 8): _I64, (False, 4): _I32}[(t.is_floating_point(), item)]
+    return Tensor(t.data_ptr(), kind, (ctypes.c_int64 * 4)(*ne), (ctypes.c_int64 * 4)(*nb))
 
 
 class Context:
-    def __init__(self, backend, threads):
+    """A gdn_context of its own (backend, threads), or ``shared=`` a ``gdn.Context``'s, borrowed: the
+    same threads and workspace as the binding's calls, so that a comparison does not set two thread
+    pools against each other on the same cores."""
+
+    def __init__(self, backend=None, threads=None, shared=None):
+        self.owner = shared
+        self.ptr = ctypes.c_void_p(shared._native.address if shared is not None else None)
+        if shared is not None:
+            return
         params = _lib.gdn_context_default_params()
         params.n_threads = threads
-        self.ptr = ctypes.c_void_p()
         if _lib.gdn_context_create(backend.encode(), ctypes.byref(params), ctypes.byref(self.ptr)) != 0:
             raise RuntimeError("gdn_context_create failed")
 
     def __del__(self):
-        _lib.gdn_context_free(self.ptr)
+        if self.owner is None and self.ptr:
+            _lib.gdn_context_free(self.ptr)
 
     def _check(self, status):
         if status != 0:
@@ -72,6 +82,7 @@ class Context:
                                       ctypes.byref(d_states) if d_states else None, ctypes.byref(grads)))
 
 
-def problem(q, k, v, g, beta, state=None, grouped=True):
+def problem(q, k, v, g, beta, state=None, grouped=True, state_indices=None):
+    """``state`` in gdn's [B, Hv, Sv, Sk] (a transposed view of a [..., K, V] tensor is value-major)."""
     return Problem(tensor(q), tensor(k), tensor(v), tensor(g), tensor(beta), tensor(state), 0.0, 0,
-                   1 if grouped else 0)
+                   1 if grouped else 0, Tensor(), tensor(state_indices))

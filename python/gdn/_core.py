@@ -13,12 +13,20 @@ v          ``[B, T, Hv, Sv]``
 g          ``[B, T, Hv, 1]`` or
            ``[B, T, Hv, Sk]``              log-decay: scalar per head (GDA) or per key channel (KDA)
 beta       ``[B, T, Hv, 1]``
-state      ``[B, Hv, Sv, Sk]``             **key index innermost**: the transpose of the
-                                           Hugging Face / FLA ``[..., K, V]`` state
+state      ``[B, Hv, Sv, Sk]``             key-major (key index innermost, ggml's layout)
+                                           or value-major: a transposed view
+                                           ``s.transpose(-1, -2)`` of a Hugging Face / FLA
+                                           ``[..., K, V]`` tensor ``s``, read in place
 out        ``[B, T, Hv, Sv]``
 states     ``[K*B, Hv, Sv, Sk]``           slot s of sequence b at index s*B + b; slot 0 is
-                                           the final state
+                                           the final state; either layout, as state
 =========  ==============================  ==============================================
+
+State pools (serving): with ``state_indices`` (int32 or int64, one per sequence, on the host or
+the computing device), ``state`` is a pool ``[slots, Hv, Sv, Sk]``: sequence n starts from slot
+``state_indices[n]`` and its final state goes to that slot of ``states`` (normally ``state``
+itself: the pool updated in place). A negative index starts from zeros and writes nothing.
+Non-negative indices must be distinct and below ``slots``.
 
 ``head_map`` says which key head value head h reads: ``"tiled"`` (``h % Hk``, ggml's
 convention and the C API's default) or ``"grouped"`` (``h // (Hv // Hk)``, the Hugging Face /
@@ -185,37 +193,43 @@ def _sequences(v, cu_seqlens):
 
 
 def forward(q, k, v, g, beta, state=None, *, out=None, states=None, snapshots=1, scale=None,
-            head_map="tiled", cu_seqlens=None, ctx=None, dry_run=False):
+            head_map="tiled", cu_seqlens=None, state_indices=None, ctx=None, dry_run=False):
     """The forward: returns ``(out, states)``.
 
     ``out`` and ``states`` are written in place when given; when None they are allocated (numpy
-    or torch, like ``v``); pass False for one that is not wanted. ``states`` holds ``snapshots``
-    slots per sequence. ``states`` may be exactly ``state`` (the in-place cache update of
-    decoding). ``scale`` None is ``1/sqrt(Sk)``; any number, 0.0 included, is used as given (a
-    Python float reaches the library as a double). ``ctx`` None: the calling thread's context for
-    the fastest backend. ``dry_run``: validate and ask the backend, compute and write nothing.
+    or torch, like ``v``, key-major); pass False for one that is not wanted. ``states`` holds
+    ``snapshots`` slots per sequence. ``states`` may be exactly ``state`` (the in-place cache
+    update of decoding). With ``state_indices`` (a pool), ``states`` None is ``state``: the pool
+    is updated in place. ``scale`` None is ``1/sqrt(Sk)``; any number, 0.0 included, is used as
+    given (a Python float reaches the library as a double). ``ctx`` None: the calling thread's
+    context for the fastest backend. ``dry_run``: validate and ask the backend, compute and write
+    nothing.
     """
     q, k, v, g, beta, state = map(_plain, (q, k, v, g, beta, state))
     if out is None:
         out = _empty(v, _shape(v))
-    if states is None:
+    if states is None and state_indices is not None and state is not None:
+        states = state
+    elif states is None:
         states = _empty(v, _state_shape(q, v, snapshots * _sequences(v, cu_seqlens)))
     ctx = ctx or default_context()
     _gdn.forward(ctx._native, q, k, v, g, beta, state, out if out is not False else None,
                  states if states is not False else None, _scale(scale), _head_map(head_map), dry_run,
-                 _plain(cu_seqlens))
+                 _plain(cu_seqlens), _plain(state_indices))
     return (out if out is not False else None, states if states is not False else None)
 
 
 def backward(q, k, v, g, beta, state=None, *, d_out=None, d_states=None, dq=None, dk=None, dv=None,
-             dg=None, dbeta=None, dstate=None, scale=None, head_map="tiled", cu_seqlens=None, ctx=None,
-             dry_run=False):
+             dg=None, dbeta=None, dstate=None, scale=None, head_map="tiled", cu_seqlens=None, state_indices=None,
+             ctx=None, dry_run=False):
     """The backward: the gradients of ``sum(d_out * out) + sum(d_states * states)`` with respect
     to q, k, v, g, beta and the initial state, as a :class:`Grads`.
 
     ``d_out`` / ``d_states`` None are zero (``d_states`` then has one slot). Each gradient is
     written in place when given, allocated like its input when None (``dstate`` only when
-    ``state`` is given), and skipped when False. Gradients are overwritten, not accumulated.
+    ``state`` is given), and skipped when False. Gradients are overwritten, not accumulated. With
+    ``state_indices``, ``state``, ``d_states`` and ``dstate`` are pools indexed alike; the slots
+    no sequence names are left as they are in a given ``dstate`` (zero in an allocated one).
     """
     q, k, v, g, beta, state, d_out, d_states = map(_plain, (q, k, v, g, beta, state, d_out, d_states))
 
@@ -229,11 +243,13 @@ def backward(q, k, v, g, beta, state=None, *, d_out=None, d_states=None, dq=None
         dstate = None
     elif dstate is None:
         dstate = _empty(state, _shape(state))
+        if state_indices is not None:
+            dstate[...] = 0  # the slots no sequence names: zero gradient
     elif dstate is False:
         dstate = None
     ctx = ctx or default_context()
     _gdn.backward(ctx._native, q, k, v, g, beta, state, d_out, d_states, dq, dk, dv, dg, dbeta, dstate,
-                  _scale(scale), _head_map(head_map), dry_run, _plain(cu_seqlens))
+                  _scale(scale), _head_map(head_map), dry_run, _plain(cu_seqlens), _plain(state_indices))
     return Grads(dq, dk, dv, dg, dbeta, dstate)
 
 

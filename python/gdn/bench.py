@@ -12,6 +12,11 @@ Columns: median wall ms over the runs, median CPU ms (all threads), peak residen
 by the runs over what the process held before them (inputs built, libraries set up by a small
 run; MB), and for gdn the canonical GFLOP/s (forward 8 Sk Sv, backward 24 Sk Sv per token
 and value head).
+
+Decoding as a server runs it: one token (T = 1) for each of B requests whose states sit in a
+pool in FLA's layout ``[2B, HV, K, V]``, at reversed slots with gaps, updated in place:
+``gdn.torch.fused_recurrent_gated_delta_rule(..., ssm_state_indices=...)`` against the C API on
+the same call (the same pool, by strides).
 """
 
 import argparse
@@ -80,12 +85,18 @@ def _runner(impl, T, backward):
     return run
 
 
+def _gdn_torch_context(like):
+    """The context gdn.torch computes with for tensors like ``like``: the baseline borrows it."""
+    import gdn.torch
+    return gdn.torch._context_for(like)
+
+
 def _c_api_runner(qkv, g, beta, d_out, backward):
     import torch
     from gdn import _capi
     q, k, v = _split(qkv)
     problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1))
-    ctx = _capi.Context("cpu", torch.get_num_threads())
+    ctx = _capi.Context(shared=_gdn_torch_context(v))
     out = torch.empty_like(v)
     grads = [torch.empty_like(x) for x in (q, k, v, g, beta)]
     out_t, d_out_t = _capi.tensor(out), _capi.tensor(d_out)
@@ -120,11 +131,49 @@ def _worker(impl, T, backward, threads, min_time, min_runs):
 
 
 def _overhead_worker(T, backward, threads, min_time, min_runs):
-    """The C API and gdn.torch alternately in one process, so that whatever else the machine does
-    weighs on both alike; the overhead is the median of the pairwise ratios."""
     import torch
     torch.set_num_threads(threads)
-    direct, binding = _runner("c-api", T, backward), _runner("gdn.torch-raw", T, backward)
+    _alternately(_runner("c-api", T, backward), _runner("gdn.torch-raw", T, backward), min_time, min_runs)
+
+
+def _decode_inputs(B, seed=0):
+    """One decoding step of B requests, q and k normalised; their states in a pool of 2B slots in
+    FLA's layout, at slots 2B-1, 2B-3, ..., 1 (reversed, with gaps)."""
+    import torch
+    H, HV, K, V = SHAPE["H"], SHAPE["HV"], SHAPE["K"], SHAPE["V"]
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.nn.functional.normalize(torch.randn(B, 1, H, K, generator=gen), dim=-1) for _ in range(2))
+    v = torch.randn(B, 1, HV, V, generator=gen)
+    g, beta = -torch.rand(B, 1, HV, generator=gen), torch.rand(B, 1, HV, generator=gen)
+    pool = 0.1 * torch.randn(2 * B, HV, K, V, generator=gen)
+    slots = torch.arange(2 * B - 1, 0, -2, dtype=torch.int32)
+    return q, k, v, g, beta, pool, slots
+
+
+def _decode_worker(B, threads, min_time, min_runs):
+    import torch
+    from gdn import _capi
+    from gdn.torch import fused_recurrent_gated_delta_rule
+    torch.set_num_threads(threads)
+    q, k, v, g, beta, pool, slots = _decode_inputs(B)
+    pool_by_strides = pool.transpose(-1, -2)  # gdn's [slots, HV, V, K], value-major: the same memory
+    problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), pool_by_strides, state_indices=slots)
+    ctx = _capi.Context(shared=_gdn_torch_context(v))
+    out = torch.empty_like(v)
+    out_t, pool_t = _capi.tensor(out), _capi.tensor(pool_by_strides)
+
+    def direct():
+        ctx.forward(problem, out_t, pool_t)
+
+    def binding():
+        with torch.no_grad():
+            fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool, ssm_state_indices=slots)
+    _alternately(direct, binding, min_time, min_runs)
+
+
+def _alternately(direct, binding, min_time, min_runs):
+    """The C API and gdn.torch alternately in one process, so that whatever else the machine does
+    weighs on both alike; the overhead is the median of the pairwise ratios."""
     direct(), binding()
     pairs = []
     start = time.perf_counter()
@@ -167,6 +216,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and gdn (default 2)")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds of runs per measurement")
     parser.add_argument("--min-runs", type=int, default=3)
+    parser.add_argument("--decode-batches", type=int, nargs="*", default=[1, 16],
+                        help="B values of the decoding rows (default 1 16; none: no decoding rows)")
     parser.add_argument("--overhead-only", action="store_true", help="only the binding's cost (no transformers)")
     parser.add_argument("--worker", nargs=3, metavar=("IMPL", "T", "BACKWARD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -174,6 +225,8 @@ def main(argv=None):
         impl, T, backward = args.worker
         if impl == "overhead":
             return _overhead_worker(int(T), backward == "1", args.threads, args.min_time, args.min_runs)
+        if impl == "decode":
+            return _decode_worker(int(T), args.threads, args.min_time, args.min_runs)
         return _worker(impl, int(T), backward == "1", args.threads, args.min_time, args.min_runs)
 
     print(f"gdn.bench: Qwen3.5-27B delta-net shape (Hk {SHAPE['H']}, Hv {SHAPE['HV']}, head size {SHAPE['K']}), "
@@ -209,6 +262,17 @@ def main(argv=None):
     for T, backward, m in overheads:
         print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {m['direct_ms']:.2f} | {m['binding_ms']:.2f} "
               f"| {100 * (m['ratio'] - 1):+.1f}% |")
+    if args.decode_batches:
+        print()
+        print("Decoding, T = 1: gdn.torch.fused_recurrent_gated_delta_rule updating an FLA-layout state pool in place")
+        print("(ssm_state_indices) against the C API on the same call, run alternately in one process")
+        print()
+        print("| B | T | C API ms | gdn.torch ms | overhead |")
+        print("|---|---|---|---|---|")
+        for B in args.decode_batches:
+            m = _measure("decode", B, False, args)
+            print(f"| {B} | 1 | {m['direct_ms']:.3f} | {m['binding_ms']:.3f} | {100 * (m['ratio'] - 1):+.1f}% |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""gdn as a PyTorch op with FLA's signature: ``chunk_gated_delta_rule``.
+"""gdn as PyTorch ops with FLA's signatures: ``chunk_gated_delta_rule`` and, for decoding and
+serving, ``fused_recurrent_gated_delta_rule``.
 
 Layouts are FLA's: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g and beta ``[B, T, HV]`` (g may
-also be ``[B, T, HV, K]``: a gate per key channel), states ``[N, HV, K, V]``, with value head h
-reading key head ``h // (HV // H)``. The op is registered with ``torch.library.custom_op``, so
-autograd, ``torch.compile(fullgraph=True)`` and ``torch.autograd.gradcheck`` work; its backward
-recomputes from the saved inputs (no per-token state is kept between forward and backward).
+also be ``[B, T, HV, K]``: a gate per key channel), states ``[N, HV, K, V]`` (``[N, HV, V, K]``
+with ``state_v_first``), with value head h reading key head ``h // (HV // H)``. States are read
+and written where they are, in either layout, by strides: no transpose, no copy. The ops are
+registered with ``torch.library.custom_op``, so autograd, ``torch.compile(fullgraph=True)`` and
+``torch.autograd.gradcheck`` work; the backward recomputes from the saved inputs (no per-token
+state is kept between forward and backward).
 
 Where it computes: CPU tensors on the cpu backend (float32; float64 on the ref backend, the
 float64 oracle), with ``torch.get_num_threads()`` threads; CUDA tensors on the cuda backend, on
@@ -14,15 +17,16 @@ final state stays in the compute dtype. ``with gdn.torch.backend("ref"):`` force
 """
 
 import contextlib
-import math
 import threading
+import warnings
 from typing import Optional, Tuple
 
 import torch
 
 from . import _core, _errors, _gdn
+from ._fla_args import activated_gate, check_state, check_state_indices, prepare, readable, readable_state
 
-__all__ = ["chunk_gated_delta_rule", "backend", "release_workspaces"]
+__all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "backend", "release_workspaces"]
 
 _HEAD_MAP_GROUPED = _core.HEAD_MAPS["grouped"]
 _override = threading.local()
@@ -62,88 +66,124 @@ def _context_for(t):
 def _empty(shape, like):
     """A fresh tensor for gdn to write; large host ones are backed by huge pages (fewer faults)."""
     t = torch.empty(shape, dtype=like.dtype, device=like.device)
-    if t.device.type == "cpu":
+    if t.device.type == "cpu" and t.numel() * t.element_size() >= _gdn.huge_page_min_bytes:
         _gdn.advise_huge_pages(t)
     return t
 
 
-def _state_shape(q, v, cu_seqlens):
+def _state_shape(q, v, cu_seqlens, state_v_first):
     sequences = v.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    return (sequences, v.shape[2], v.shape[3], q.shape[3])  # gdn's layout: key index innermost
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    return (sequences, HV, V, K) if state_v_first else (sequences, HV, K, V)
 
 
-# The ops take gdn's layouts (g and beta with their unit dimension, states key-innermost); the
-# wrapper below converts from FLA's.
+def _gdn_view(state, state_v_first):
+    """gdn's [N, HV, V, K] view of a state in the caller's layout: the state itself when V-first
+    (key-major), else the transposed view of its [N, HV, K, V] (value-major, read by strides)."""
+    if state is None or state_v_first:
+        return state
+    return state.transpose(-1, -2)
+
+
+# The ops take gdn's layouts for q, k, v, g and beta (g and beta with their unit dimension) and the
+# caller's for states (state_v_first says which); the wrappers below convert from FLA's.
 @torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                 initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: Optional[float],
-                want_state: bool, l2norm: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                want_state: bool, l2norm: bool, state_v_first: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     if l2norm:
         q, k = _normalized(q), _normalized(k)
     out = _empty(v.shape, v)
-    states = _empty(_state_shape(q, v, cu_seqlens), v) if want_state else v.new_empty(0)
-    _gdn.forward(_context_for(v)._native, q, k, v, g, beta, initial_state, out, states if want_state else None,
-                 scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
+    states = _empty(_state_shape(q, v, cu_seqlens, state_v_first), v) if want_state else v.new_empty(0)
+    _gdn.forward(_context_for(v)._native, q, k, v, g, beta, _gdn_view(initial_state, state_v_first), out,
+                 _gdn_view(states, state_v_first) if want_state else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
     return out, states
 
 
 @_forward_op.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm):
-    states_shape = _state_shape(q, v, cu_seqlens) if want_state else (0,)
+def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm, state_v_first):
+    states_shape = _state_shape(q, v, cu_seqlens, state_v_first) if want_state else (0,)
     return v.new_empty(v.shape), v.new_empty(states_shape)
 
 
 @torch.library.custom_op("gdn::gated_delta_rule_bwd", mutates_args=())
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                  initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
-                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: Optional[float], l2norm: bool
+                 d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: Optional[float], l2norm: bool,
+                 state_v_first: bool
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = [_empty(t.shape, t) for t in (q, k, v, g, beta)]
     d_initial = _empty(initial_state.shape, v) if initial_state is not None else v.new_empty(0)
     q_used, k_used = (_normalized(q), _normalized(k)) if l2norm else (q, k)
-    _gdn.backward(_context_for(v)._native, q_used, k_used, v, g, beta, initial_state, d_out, d_state, *grads,
-                  d_initial if initial_state is not None else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
+    _gdn.backward(_context_for(v)._native, q_used, k_used, v, g, beta, _gdn_view(initial_state, state_v_first),
+                  d_out, _gdn_view(d_state, state_v_first), *grads,
+                  _gdn_view(d_initial, state_v_first) if initial_state is not None else None, scale, _HEAD_MAP_GROUPED,
+                  False, cu_seqlens)
     if l2norm:
         grads[0], grads[1] = _normalized_backward(q, grads[0]), _normalized_backward(k, grads[1])
     return (*grads, d_initial)
 
 
 @_backward_op.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale, l2norm):
+def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale, l2norm, state_v_first):
     d_initial = initial_state.new_empty(initial_state.shape) if initial_state is not None else v.new_empty(0)
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
             beta.new_empty(beta.shape), d_initial)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm = inputs
+    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm, state_v_first = inputs
     ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
     ctx.scale = scale
     ctx.want_state = want_state
     ctx.l2norm = l2norm
+    ctx.state_v_first = state_v_first
 
 
 def _backward(ctx, d_out, d_states):
     q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-    # The final state's gradient arrives through the transposed view the wrapper returned.
-    d_state = _readable(d_states) if ctx.want_state and d_states is not None else None
-    d_out = _readable(d_out) if d_out is not None else None
+    d_state = readable_state(d_states) if ctx.want_state and d_states is not None else None
+    d_out = readable(d_out) if d_out is not None else None
     dq, dk, dv, dg, dbeta, d_initial = _backward_op(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state,
-                                                    ctx.scale, ctx.l2norm)
-    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None, None
+                                                    ctx.scale, ctx.l2norm, ctx.state_v_first)
+    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None, None, None
 
 
 torch.library.register_autograd("gdn::gated_delta_rule_fwd", _backward, setup_context=_setup_context)
 
 
-def _readable(t):
-    """t itself when gdn can read it in place (innermost stride 1, no broadcast strides), else a copy."""
-    for size, stride in zip(t.shape, t.stride()):
-        if size > 1 and stride == 0:
-            return t.contiguous()
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        return t.contiguous()
-    return t
+# The in-place update of serving: the final states written over the initial ones, into the slots
+# state_indices names when given (a state pool), with no state allocated or copied. No autograd:
+# the initial state it would need is overwritten.
+def _update_in_place(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     state: torch.Tensor, state_indices: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+                     scale: Optional[float], l2norm: bool, state_v_first: bool) -> torch.Tensor:
+    if l2norm:
+        q, k = _normalized(q), _normalized(k)
+    out = _empty(v.shape, v)
+    view = _gdn_view(state, state_v_first)
+    _gdn.forward(_context_for(v)._native, q, k, v, g, beta, view, out, view, scale, _HEAD_MAP_GROUPED, False,
+                 cu_seqlens, state_indices)
+    return out
+
+
+_update_op = torch.library.custom_op("gdn::gated_delta_rule_update", mutates_args=("state",))(_update_in_place)
+
+
+@_update_op.register_fake
+def _(q, k, v, g, beta, state, state_indices, cu_seqlens, scale, l2norm, state_v_first):
+    return v.new_empty(v.shape)
+
+
+def _plain_eager(*tensors):
+    """Plain tensors outside torch.compile's tracing: the update's body may be called as it is,
+    without the dispatcher's round trip through the registered op (about 15 us a call on the host,
+    a twentieth of a 27B-shape decoding step). Anything else (tracing, fake or wrapped tensors)
+    goes through the op."""
+    for t in tensors:
+        if type(t) is not torch.Tensor:
+            return False
+    return not torch.compiler.is_compiling()
 
 
 # use_qk_l2norm_in_kernel, as FLA and transformers define it: x / sqrt(sum(x^2) + eps) per row.
@@ -176,68 +216,6 @@ def _normalized_backward(x, dy):
     return inv * dy - x * (inv ** 3 * (x * dy).sum(dim=-1, keepdim=True))
 
 
-def _check(q, k, v, g, beta, initial_state, cu_seqlens, state_v_first):
-    """FLA's argument rules, with gdn's error classes and messages that name the argument."""
-    tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
-    if initial_state is not None:
-        tensors["initial_state"] = initial_state
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise _errors.InvalidArgumentError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
-        if not t.is_floating_point():
-            raise _errors.ElementTypeError(f"{name} has dtype {t.dtype}; gdn takes floating-point tensors")
-        if t.device != q.device:
-            raise _errors.InvalidArgumentError(f"{name} is on {t.device} but q is on {q.device}")
-    for name, rank in (("q", 4), ("k", 4), ("v", 4), ("beta", 3)):
-        if tensors[name].dim() != rank:
-            raise _errors.ShapeError(f"{name} must have {rank} dimensions ([B, T, H, K] for q/k, [B, T, HV, V] "
-                                     f"for v, [B, T, HV] for g/beta); got shape {tuple(tensors[name].shape)}")
-    if g.dim() not in (3, 4):
-        raise _errors.ShapeError(f"g must be [B, T, HV] (or [B, T, HV, K]: a gate per key channel); "
-                                 f"got shape {tuple(g.shape)}")
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    if tuple(k.shape) != tuple(q.shape):
-        raise _errors.ShapeError(f"k has shape {tuple(k.shape)} but q has {tuple(q.shape)}")
-    if tuple(v.shape[:2]) != (B, T):
-        raise _errors.ShapeError(f"v has shape {tuple(v.shape)}: its [B, T] must be q's {(B, T)}")
-    if H == 0 or K == 0 or HV == 0 or V == 0:
-        raise _errors.ShapeError(f"q has shape {tuple(q.shape)} and v {tuple(v.shape)}: head counts and head sizes "
-                                 "must be at least 1 (only B and T may be 0)")
-    if HV % H != 0:
-        raise _errors.ShapeError(f"v has {HV} heads, not a multiple of q/k's {H} heads")
-    gate_shape = (B, T, HV) if g.dim() == 3 else (B, T, HV, K)
-    if tuple(g.shape) != gate_shape:
-        raise _errors.ShapeError(f"g has shape {tuple(g.shape)}; expected {gate_shape}")
-    if tuple(beta.shape) != (B, T, HV):
-        raise _errors.ShapeError(f"beta has shape {tuple(beta.shape)}; expected {(B, T, HV)}")
-    sequences = B
-    if cu_seqlens is not None:
-        if not isinstance(cu_seqlens, torch.Tensor):
-            raise _errors.InvalidArgumentError(
-                f"cu_seqlens must be a torch.Tensor (a 1-D int32 or int64 tensor of N + 1 offsets, as FLA takes it), "
-                f"not {type(cu_seqlens).__name__}")
-        if cu_seqlens.dim() != 1 or cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.shape[0] < 1:
-            raise _errors.InvalidArgumentError(
-                f"cu_seqlens must be a 1-D int32 or int64 tensor of N + 1 >= 1 offsets; got dtype {cu_seqlens.dtype}, "
-                f"shape {tuple(cu_seqlens.shape)}")
-        if cu_seqlens.device != q.device and cu_seqlens.device.type != "cpu":
-            raise _errors.InvalidArgumentError(
-                f"cu_seqlens is on {cu_seqlens.device} but q is on {q.device} (offsets on the host are fine too)")
-        if B != 1:
-            raise _errors.ShapeError(f"with cu_seqlens the sequences are packed along T, so B must be 1, not {B}")
-        sequences = cu_seqlens.shape[0] - 1
-    expected = (sequences, HV, V, K) if state_v_first else (sequences, HV, K, V)
-    if initial_state is not None and tuple(initial_state.shape) != expected:
-        raise _errors.ShapeError(f"initial_state has shape {tuple(initial_state.shape)}; expected "
-                                 f"[N, HV, {'V, K' if state_v_first else 'K, V'}] = {expected}")
-
-
-def _compute_dtype(q, k, v):
-    """float64 when any of q, k, v is float64 (the ref backend, exact), else float32."""
-    return torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
-
-
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
@@ -247,56 +225,145 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     FLA's parameters, in FLA's order, with FLA's meaning: ``scale`` None is ``1/sqrt(K)`` and any
     other value (0.0 included) is used as given; ``use_beta_sigmoid_in_kernel`` takes beta as
     logits (``allow_neg_eigval``: ``2 * sigmoid``); ``state_v_first`` keeps states as
-    ``[N, HV, V, K]`` (gdn's own layout: no transpose at all); ``cu_seqlens`` (N + 1 offsets, B = 1)
-    packs sequences, the recurrence restarting at each offset, zero-length sequences included;
-    ``cu_seqlens_cpu`` is the same offsets on the host (read there, no device synchronisation);
-    ``chunk_indices`` and ``chunk_size`` are FLA's blocking and are ignored (gdn blocks its own
-    way; the result is the same recurrence); keywords ``use_gate_in_kernel``, ``A_log``,
-    ``dt_bias`` compute ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is
-    refused as FLA refuses it; ``cp_context`` (FLA's context parallel) is not supported.
+    ``[N, HV, V, K]``; ``cu_seqlens`` (N + 1 offsets, B = 1) packs sequences, the recurrence
+    restarting at each offset, zero-length sequences included; ``cu_seqlens_cpu`` is the same
+    offsets on the host (read there, no device synchronisation); ``chunk_indices`` and
+    ``chunk_size`` are FLA's blocking and are ignored (gdn blocks its own way; the result is the
+    same recurrence); keywords ``use_gate_in_kernel``, ``A_log``, ``dt_bias`` compute
+    ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is refused as FLA refuses
+    it; ``cp_context`` (FLA's context parallel) is not supported.
 
     Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state ``[N, HV, K, V]``
-    (``[N, HV, V, K]`` with ``state_v_first``) in the compute dtype (float32, or float64 when any
-    of q, k, v is float64), None unless ``output_final_state``. Inputs may mix floating dtypes as
-    FLA allows (say float32 q/k with float16 v/beta): each is converted to the compute dtype. The
-    final state is a transposed view of gdn's key-innermost buffer: passing it back as
-    ``initial_state`` costs no copy. T = 0 (or B = 0) returns an empty o and the initial state.
+    (``[N, HV, V, K]`` with ``state_v_first``), contiguous, in the compute dtype (float32, or
+    float64 when any of q, k, v is float64), None unless ``output_final_state``. Inputs may mix
+    floating dtypes as FLA allows (say float32 q/k with float16 v/beta): each is converted to the
+    compute dtype. States in either layout are read and written in place by strides: an
+    ``initial_state`` in the compute dtype with its K or V dimension contiguous is not copied.
+    T = 0 (or B = 0) returns an empty o and the initial state.
     """
     if "head_first" in kwargs:
         raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
     if cp_context is not None:
         raise _errors.UnsupportedError("cp_context: gdn.torch does not run FLA's context parallel")
-    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
-        raise _errors.InvalidArgumentError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
-    if kwargs.get("use_gate_in_kernel", False):
-        A_log, dt_bias = kwargs.get("A_log"), kwargs.get("dt_bias")
-        if A_log is None:
-            raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs A_log")
-        g = -A_log.exp() * torch.nn.functional.softplus(g if dt_bias is None else g + dt_bias)
-    _check(q, k, v, g, beta, initial_state, cu_seqlens, state_v_first)
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise _errors.InvalidArgumentError(f"scale = {scale!r} must be a number (or None for 1/sqrt(K))")
-        if not math.isfinite(scale):
-            raise _errors.InvalidArgumentError(f"scale = {scale} is not finite")
-        scale = float(scale)
-    if use_beta_sigmoid_in_kernel:
-        beta = beta.sigmoid() * 2 if allow_neg_eigval else beta.sigmoid()
-    if cu_seqlens is not None:
-        # Read on the host when the caller has the offsets there; strided views become contiguous.
-        host = cu_seqlens_cpu if isinstance(cu_seqlens_cpu, torch.Tensor) else cu_seqlens
-        cu_seqlens = host.contiguous()
-    compute = _compute_dtype(q, k, v)
-    out_dtype = q.dtype
-    q, k, v, g, beta = (t.to(compute) for t in (q, k, v, g, beta))
-    gate = g.unsqueeze(-1) if g.dim() == 3 else g
+    p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
+                kwargs)
     state = None
     if initial_state is not None:
-        state = initial_state.to(compute)
-        state = _readable(state) if state_v_first else state.transpose(-1, -2).contiguous()
-    o, states = _forward_op(_readable(q), _readable(k), _readable(v), _readable(gate), _readable(beta.unsqueeze(-1)),
-                            state, cu_seqlens, scale, bool(output_final_state), bool(use_qk_l2norm_in_kernel))
-    final_state = None
-    if output_final_state:
-        final_state = states if state_v_first else states.transpose(-1, -2)
-    return o.to(out_dtype), final_state
+        check_state(initial_state, q, v, p.sequences, state_v_first)
+        state = readable_state(initial_state.to(p.compute))
+    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
+                                 bool(output_final_state), bool(use_qk_l2norm_in_kernel), bool(state_v_first))
+    return o.to(p.out_dtype), (final_state if output_final_state else None)
+
+
+def _check_updatable(state, p, inputs):
+    """The state the in-place update writes: in the compute dtype, addressable as it is, no autograd."""
+    if state.dtype != p.compute:
+        raise _errors.ElementTypeError(
+            f"initial_state has dtype {state.dtype}; updated in place it must be in the compute dtype {p.compute} "
+            "(float64 when any of q, k, v is float64, else float32)")
+    if readable_state(state) is not state:
+        raise _errors.LayoutError(
+            f"initial_state has strides {tuple(state.stride())}; updated in place it must have its K or V dimension "
+            "contiguous and no broadcast (zero) strides")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*inputs, state)):
+        raise _errors.UnsupportedError(
+            "the in-place state update (inplace_final_state, or state indices) has no autograd: it overwrites the "
+            "initial state the backward needs. Run it under torch.no_grad(), or pass inplace_final_state=False")
+
+
+def _gathered(pool, indices):
+    """The initial states the slots name, one per sequence, zero for a negative index (a copy)."""
+    slots = indices.to(device=pool.device, dtype=torch.int64)
+    if slots.numel() and int(slots.max()) >= pool.shape[0]:
+        raise _errors.ShapeError(f"ssm_state_indices names slot {int(slots.max())} of a pool of {pool.shape[0]} slots")
+    gathered = pool.index_select(0, slots.clamp(min=0))
+    return gathered.masked_fill((slots < 0).view(-1, 1, 1, 1), 0)
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
+                                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                                     use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                                     use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
+                                     cu_seqlens=None, *, ssm_state_indices=None, initial_state_indices=None,
+                                     inplace_final_state=None, **kwargs):
+    """The gated delta rule token by token, as ``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule``,
+    with the continuous batching of serving engines: the decoding step.
+
+    FLA's parameters, in FLA's order, with FLA's meaning (see :func:`chunk_gated_delta_rule` for
+    those they share): ``g`` None is no decay; ``gk`` ``[B, T, HV, K]`` is a log decay per key
+    channel (applied with ``g`` when both are given); ``beta`` None is ones;
+    ``transpose_state_layout`` is FLA's old name of ``state_v_first``. gdn computes what FLA's
+    kernel computes, in its own blocking. Not supported (``gdn.UnsupportedError``): ``gv`` (a
+    decay per value channel), a beta per value channel, and vLLM's ``num_accepted_tokens``.
+
+    Keyword-only, as serving engines name them:
+
+    - ``ssm_state_indices`` (vLLM; ``initial_state_indices``, SGLang's name, is the same): int32
+      or int64 ``[N]``, on q's device or the host. ``initial_state`` is then a pool
+      ``[slots, HV, K, V]`` (``[slots, HV, V, K]`` with ``state_v_first``): sequence n starts from
+      slot ``ssm_state_indices[n]``. A negative index (SGLang's and vLLM's padding slot) starts
+      from zeros and writes nothing; its output is still computed. Non-negative indices must be
+      distinct and below ``slots`` (``gdn.AliasError``, ``gdn.ShapeError`` otherwise).
+    - ``inplace_final_state``: the final states written over the initial ones, into the pool's
+      slots with indices, into ``initial_state`` without: no state is allocated or copied, and the
+      returned final state is ``initial_state`` itself. Default: True with indices (vLLM's
+      default), False without (FLA's behaviour). In place needs ``initial_state`` in the compute
+      dtype, with its K or V dimension contiguous, and no autograd (run it under
+      ``torch.no_grad()``). ``inplace_final_state=False`` with indices reads the pool's slots
+      (copied out) and returns the final states ``[N, HV, K, V]`` as FLA does, with autograd.
+
+    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state as above, or as
+    :func:`chunk_gated_delta_rule` returns it (None unless ``output_final_state``).
+    """
+    if "transpose_state_layout" in kwargs:
+        if state_v_first:
+            raise _errors.InvalidArgumentError(
+                "Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`.")
+        warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.", DeprecationWarning,
+                      stacklevel=2)
+        state_v_first = kwargs.pop("transpose_state_layout")
+    if kwargs.get("num_accepted_tokens") is not None:
+        raise _errors.UnsupportedError("num_accepted_tokens (vLLM's speculative decoding): gdn.torch does not take it")
+    if gv is not None:
+        raise _errors.UnsupportedError("gv (a decay per value channel): gdn's decay is per head or per key channel")
+    if ssm_state_indices is not None and initial_state_indices is not None:
+        raise _errors.InvalidArgumentError(
+            "ssm_state_indices and initial_state_indices are one argument under vLLM's and SGLang's names: pass one")
+    indices = ssm_state_indices if ssm_state_indices is not None else initial_state_indices
+    if isinstance(v, torch.Tensor) and v.dim() == 4:
+        if beta is None:
+            beta = v.new_ones(v.shape[:3])
+        if g is None and gk is None:
+            g = v.new_zeros(v.shape[:3])
+    if isinstance(beta, torch.Tensor) and beta.dim() == 4:
+        raise _errors.UnsupportedError("beta [B, T, HV, V] (one per value channel): gdn takes one beta per head")
+    if use_gate_in_kernel:
+        g = activated_gate(g, A_log, dt_bias)
+    if gk is not None:
+        g = gk if g is None else gk + g.unsqueeze(-1)
+    p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, None, {})
+    l2norm, v_first = bool(use_qk_l2norm_in_kernel), bool(state_v_first)
+    if indices is not None:
+        if initial_state is None:
+            raise _errors.InvalidArgumentError("ssm_state_indices name slots of initial_state, the state pool: pass it")
+        check_state(initial_state, q, v, p.sequences, v_first, pooled=True)
+        check_state_indices(indices, p.sequences, q.device)
+    elif initial_state is not None:
+        check_state(initial_state, q, v, p.sequences, v_first)
+    if inplace_final_state is None:
+        inplace_final_state = indices is not None
+    if inplace_final_state:
+        if initial_state is None:
+            raise _errors.InvalidArgumentError(
+                "inplace_final_state=True writes the final states over initial_state: pass it")
+        _check_updatable(initial_state, p, (q, k, v, g, beta))
+        update = _update_in_place if _plain_eager(p.q, p.v, initial_state) else _update_op
+        o = update(p.q, p.k, p.v, p.gate, p.beta, initial_state, indices, p.cu_seqlens, p.scale, l2norm, v_first)
+        return (o if o.dtype == p.out_dtype else o.to(p.out_dtype)), initial_state
+    state = initial_state if indices is None else _gathered(initial_state, indices)
+    if state is not None:
+        state = readable_state(state.to(p.compute))
+    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
+                                 bool(output_final_state), l2norm, v_first)
+    return o.to(p.out_dtype), (final_state if output_final_state else None)

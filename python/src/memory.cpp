@@ -44,6 +44,7 @@ bool advise_huge_pages(const nb::ndarray<> &a) {
 }  // namespace
 
 void bind_memory(nb::module_ &m) {
+    m.attr("huge_page_min_bytes") = kMinBytes;  // smaller arrays are never advised: callers may skip the call
     m.def("advise_huge_pages", &advise_huge_pages, nb::arg("array"),
           "asks for transparent huge pages under a large, contiguous host array not yet written; "
           "True when the kernel took the advice");

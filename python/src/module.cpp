@@ -2,19 +2,24 @@
 //
 // An array's shape is read outermost first, as numpy and torch print it, so it is the reverse of
 // gdn's ne[]: a [B, T, H, S] array is the tensor ne = {S, H, T, B}. Strides are passed through
-// (q, k and v may be views into one packed projection buffer); the library validates them.
+// (q, k and v may be views into one packed projection buffer; a state may be key-major or a
+// transposed view of a [..., K, V] tensor, value-major); the library validates them.
 // Errors are thrown as GdnError and become the gdn.Error subclass of their status in Python.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <optional>
 #include <string>
+#include <type_traits>
 
+#include "exchange.h"
 #include "gdn/gdn.h"
 #include "l2norm.h"
 #include "memory.h"
@@ -98,103 +103,179 @@ gdn_type element_type(const nb::dlpack::dtype &dt, const char *name) {
           "gdn takes float32, float64, float16 and bfloat16", name, dt.code, dt.bits, dt.lanes);
 }
 
+// One array's descriptor: shape and strides (in elements) outermost first, as DLPack gives them.
+struct ArrayView {
+    void *data = nullptr;
+    nb::dlpack::dtype dtype;
+    Placement where;
+    size_t ndim = 0;
+    int64_t shape[4] = {}, strides[4] = {};
+    int64_t itemsize() const { return (dtype.bits * dtype.lanes + 7) / 8; }
+};
+
 // One call's arrays: converts each to a gdn_tensor and checks they all live where the context
-// computes. Conversion reads only the array's descriptor, never its data.
+// computes. Conversion reads only the array's descriptor, never its data: through the DLPack C
+// exchange API where the array's type offers it (PyTorch's tensors), else through __dlpack__ or
+// the buffer protocol, as nanobind imports arrays (numpy, JAX, ...).
 class Binder {
 public:
     explicit Binder(const Context &ctx) : ctx_(ctx) {}
 
-    template <class Array>
-    gdn_tensor tensor(const std::optional<Array> &a, const char *name) {
+    // None: absent (data NULL). An output (writable) must be an array that may be written.
+    gdn_tensor tensor(nb::handle a, const char *name, bool writable = false) {
         gdn_tensor t{};
-        if (!a) return t;  // absent: data NULL
-        const size_t ndim = a->ndim();
-        if (ndim < 1 || ndim > 4)
-            raise(GDN_ERROR_SHAPE, "%s has %zu dimensions; gdn tensors have 1 to 4", name, ndim);
-        t.type = element_type(a->dtype(), name);
-        const int64_t item = a->itemsize();
+        if (a.is_none()) return t;
+        const ArrayView view = view_of(a, name, writable);
+        if (view.ndim < 1) raise(GDN_ERROR_SHAPE, "%s has %zu dimensions; gdn tensors have 1 to 4", name, view.ndim);
+        t.type = element_type(view.dtype, name);
+        const int64_t item = view.itemsize();
         for (size_t i = 0; i < 4; ++i) {
-            if (i < ndim) {
-                const size_t axis = ndim - 1 - i;
-                t.ne[i] = static_cast<int64_t>(a->shape(axis));
-                t.nb[i] = a->stride(axis) * item;
+            if (i < view.ndim) {
+                const size_t axis = view.ndim - 1 - i;
+                t.ne[i] = view.shape[axis];
+                t.nb[i] = view.strides[axis] * item;
             } else {
                 t.ne[i] = 1;
             }
-            // A dimension of size 1 is never stepped over: give it the packed stride so that
-            // frameworks' arbitrary strides there (0 from expand, say) are not refused.
-            if (t.ne[i] == 1) t.nb[i] = i == 0 ? item : t.nb[i - 1] * t.ne[i - 1];
         }
-        const Placement where{a->device_type(), a->device_id()};
-        if (!(where == ctx_.placement()))
+        // A dimension of size 1 is never stepped over: give it the stride just past the span of
+        // the dimensions inside it, so that frameworks' arbitrary strides there (0 from expand,
+        // say) are not refused. The span, not nb[i-1] * ne[i-1]: in a value-major state (a
+        // transposed [..., K, V] view) dimension 1 is the innermost one.
+        for (size_t i = 0; i < 4; ++i) {
+            if (t.ne[i] != 1) continue;
+            int64_t span = item;
+            for (size_t j = 0; j < i; ++j) span = std::max(span, t.nb[j] * t.ne[j]);
+            t.nb[i] = span;
+        }
+        if (!(view.where == ctx_.placement()))
             raise(GDN_ERROR_INVALID_ARGUMENT, "%s is on %s but the context (backend %s) computes on %s", name,
-                  describe(where).c_str(), ctx_.backend().c_str(), describe(ctx_.placement()).c_str());
-        t.data = const_cast<void *>(static_cast<const void *>(a->data()));
+                  describe(view.where).c_str(), ctx_.backend().c_str(), describe(ctx_.placement()).c_str());
+        t.data = view.data;
         return t;
     }
 
-    // The offsets of packed sequences (docs/VARLEN.md): int32 or int64, one dimension, on the
-    // host or where the context computes (device offsets cost the cuda backend one stream
-    // synchronisation; host offsets none).
-    gdn_tensor offsets(const std::optional<InArray> &a) {
+    // An index vector: the offsets of packed sequences (cu_seqlens, docs/VARLEN.md) or the state
+    // slots of a pooled call (state_indices). int32 or int64, one dimension, on the host or where
+    // the context computes (device indices cost the cuda backend one stream synchronisation;
+    // host indices none).
+    gdn_tensor indices(nb::handle a, const char *name, const char *what) {
         gdn_tensor t{};
-        if (!a) return t;
+        if (a.is_none()) return t;
+        const ArrayView view = view_of(a, name, false);
         using nb::dlpack::dtype_code;
-        const auto dt = a->dtype();
+        const auto dt = view.dtype;
         const bool i32 = dt.code == static_cast<uint8_t>(dtype_code::Int) && dt.bits == 32 && dt.lanes == 1;
         const bool i64 = dt.code == static_cast<uint8_t>(dtype_code::Int) && dt.bits == 64 && dt.lanes == 1;
         if (!i32 && !i64)
-            raise(GDN_ERROR_TYPE, "cu_seqlens has DLPack code %d, %d bits: the offsets are int32 or int64", dt.code, dt.bits);
-        if (a->ndim() != 1) raise(GDN_ERROR_SHAPE, "cu_seqlens has %zu dimensions: it is one dimension of N + 1 offsets", a->ndim());
-        const Placement where{a->device_type(), a->device_id()};
-        const bool host = where.type == nb::device::cpu::value;
-        if (!host && !(where == ctx_.placement()))
-            raise(GDN_ERROR_INVALID_ARGUMENT, "cu_seqlens is on %s but the context (backend %s) computes on %s (host offsets are fine too)",
-                  describe(where).c_str(), ctx_.backend().c_str(), describe(ctx_.placement()).c_str());
+            raise(GDN_ERROR_TYPE, "%s has DLPack code %d, %d bits: %s are int32 or int64", name, dt.code, dt.bits, what);
+        if (view.ndim != 1) raise(GDN_ERROR_SHAPE, "%s has %zu dimensions: it is one dimension of %s", name, view.ndim, what);
+        const bool host = view.where.type == nb::device::cpu::value;
+        if (!host && !(view.where == ctx_.placement()))
+            raise(GDN_ERROR_INVALID_ARGUMENT, "%s is on %s but the context (backend %s) computes on %s (host %s are fine too)",
+                  name, describe(view.where).c_str(), ctx_.backend().c_str(), describe(ctx_.placement()).c_str(), what);
         const int64_t item = i32 ? 4 : 8;
         t.type = i32 ? GDN_TYPE_I32 : GDN_TYPE_I64;
-        t.ne[0] = static_cast<int64_t>(a->shape(0));
+        t.ne[0] = view.shape[0];
         t.ne[1] = t.ne[2] = t.ne[3] = 1;
-        t.nb[0] = t.ne[0] == 1 ? item : a->stride(0) * item;
+        t.nb[0] = t.ne[0] == 1 ? item : view.strides[0] * item;
         t.nb[1] = t.nb[2] = t.nb[3] = t.ne[0] * item;
-        t.data = const_cast<void *>(static_cast<const void *>(a->data()));
+        t.data = view.data;
         return t;
     }
 
 private:
+    ArrayView view_of(nb::handle a, const char *name, bool writable) {
+        nb::dlpack::dltensor dl;
+        if (gdn_python::exchange_view(a.ptr(), dl)) {
+            ArrayView view = with_dims(static_cast<size_t>(dl.ndim < 0 ? 0 : dl.ndim), name);
+            view.data = static_cast<char *>(dl.data) + dl.byte_offset;
+            view.dtype = dl.dtype;
+            view.where = Placement{dl.device.device_type, dl.device.device_id};
+            int64_t packed = 1;  // DLPack: no strides means row-major and packed
+            for (size_t i = view.ndim; i-- > 0;) {
+                view.shape[i] = dl.shape[i];
+                view.strides[i] = dl.strides ? dl.strides[i] : packed;
+                packed *= dl.shape[i];
+            }
+            return view;
+        }
+        if (writable) return from_ndarray(import_array<OutArray>(a, name, "a writable array"), name);
+        return from_ndarray(import_array<InArray>(a, name, "an array"), name);
+    }
+
+    template <class Array>
+    const Array &import_array(nb::handle a, const char *name, const char *what) {
+        Array array;
+        if (!nb::try_cast(a, array))
+            raise(GDN_ERROR_INVALID_ARGUMENT, "%s is not %s gdn can read (a torch tensor, a numpy array, anything "
+                  "with __dlpack__); got %s", name, what, nb::inst_name(a).c_str());
+        auto &kept = keep<Array>();
+        kept.push_back(std::move(array));  // imported through __dlpack__: alive for the call
+        return kept.back();
+    }
+
+    template <class Array>
+    ArrayView from_ndarray(const Array &array, const char *name) {
+        ArrayView view = with_dims(array.ndim(), name);
+        view.data = const_cast<void *>(static_cast<const void *>(array.data()));
+        view.dtype = array.dtype();
+        view.where = Placement{array.device_type(), array.device_id()};
+        for (size_t i = 0; i < view.ndim; ++i) {
+            view.shape[i] = static_cast<int64_t>(array.shape(i));
+            view.strides[i] = array.stride(i);
+        }
+        return view;
+    }
+
+    static ArrayView with_dims(size_t ndim, const char *name) {
+        if (ndim > 4) raise(GDN_ERROR_SHAPE, "%s has %zu dimensions; gdn tensors have 1 to 4", name, ndim);
+        ArrayView view;
+        view.ndim = ndim;
+        return view;
+    }
+
+    template <class Array>
+    std::deque<Array> &keep() {
+        if constexpr (std::is_same_v<Array, InArray>) return inputs_;
+        else return outputs_;
+    }
+
     const Context &ctx_;
+    std::deque<InArray> inputs_;
+    std::deque<OutArray> outputs_;
 };
 
-using In = std::optional<InArray>;
-using Out = std::optional<OutArray>;
+// scale: None is the library's default 1/sqrt(Sk); any value, 0.0 included, is used as given.
+// Every array argument is a nb::handle: None (absent) or an array, converted by Binder.
+using Arg = nb::handle;
 
 // scale: None is the library's default 1/sqrt(Sk); any value, 0.0 included, is used as given.
-gdn_problem make_problem(Binder &bind, const InArray &q, const InArray &k, const InArray &v, const InArray &g,
-                         const InArray &beta, const In &state, std::optional<double> scale, int head_map,
-                         const In &cu_seqlens) {
+gdn_problem make_problem(Binder &bind, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, std::optional<double> scale,
+                         int head_map, Arg cu_seqlens, Arg state_indices) {
     if (head_map != GDN_HEAD_MAP_TILED && head_map != GDN_HEAD_MAP_GROUPED)
         raise(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is neither tiled (0) nor grouped (1)", head_map);
     gdn_problem p{};
-    p.q = bind.tensor(In(q), "q");
-    p.k = bind.tensor(In(k), "k");
-    p.v = bind.tensor(In(v), "v");
-    p.g = bind.tensor(In(g), "g");
-    p.beta = bind.tensor(In(beta), "beta");
+    p.q = bind.tensor(q, "q");
+    p.k = bind.tensor(k, "k");
+    p.v = bind.tensor(v, "v");
+    p.g = bind.tensor(g, "g");
+    p.beta = bind.tensor(beta, "beta");
     p.state = bind.tensor(state, "state");
     p.scale = scale.value_or(0.0);
     p.scale_is_explicit = scale.has_value() ? 1 : 0;
     p.head_map = static_cast<gdn_head_map>(head_map);
-    p.cu_seqlens = bind.offsets(cu_seqlens);
+    p.cu_seqlens = bind.indices(cu_seqlens, "cu_seqlens", "the N + 1 offsets");
+    p.state_indices = bind.indices(state_indices, "state_indices", "the state slots, one per sequence");
     return p;
 }
 
-void forward(Context &ctx, const InArray &q, const InArray &k, const InArray &v, const InArray &g,
-             const InArray &beta, const In &state, const Out &out, const Out &states, std::optional<double> scale, int head_map,
-             bool dry_run, const In &cu_seqlens) {
+void forward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg out, Arg states,
+             std::optional<double> scale, int head_map, bool dry_run, Arg cu_seqlens, Arg state_indices) {
     Binder bind(ctx);
-    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens);
-    const gdn_tensor o = bind.tensor(out, "out"), s = bind.tensor(states, "states");
-    const gdn_tensor *o_ptr = out ? &o : nullptr, *s_ptr = states ? &s : nullptr;
+    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices);
+    const gdn_tensor o = bind.tensor(out, "out", true), s = bind.tensor(states, "states", true);
+    const gdn_tensor *o_ptr = out.is_none() ? nullptr : &o, *s_ptr = states.is_none() ? nullptr : &s;
     gdn_status status;
     {
         nb::gil_scoped_release unlocked;
@@ -203,16 +284,16 @@ void forward(Context &ctx, const InArray &q, const InArray &k, const InArray &v,
     ctx.check(status);
 }
 
-void backward(Context &ctx, const InArray &q, const InArray &k, const InArray &v, const InArray &g,
-              const InArray &beta, const In &state, const In &d_out, const In &d_states, const Out &dq,
-              const Out &dk, const Out &dv, const Out &dg, const Out &dbeta, const Out &dstate, std::optional<double> scale,
-              int head_map, bool dry_run, const In &cu_seqlens) {
+void backward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg d_out, Arg d_states, Arg dq, Arg dk,
+              Arg dv, Arg dg, Arg dbeta, Arg dstate, std::optional<double> scale, int head_map, bool dry_run,
+              Arg cu_seqlens, Arg state_indices) {
     Binder bind(ctx);
-    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens);
+    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices);
     const gdn_tensor d_o = bind.tensor(d_out, "d_out"), d_s = bind.tensor(d_states, "d_states");
-    const gdn_grads grads{bind.tensor(dq, "dq"), bind.tensor(dk, "dk"),     bind.tensor(dv, "dv"),
-                          bind.tensor(dg, "dg"), bind.tensor(dbeta, "dbeta"), bind.tensor(dstate, "dstate")};
-    const gdn_tensor *do_ptr = d_out ? &d_o : nullptr, *ds_ptr = d_states ? &d_s : nullptr;
+    const gdn_grads grads{bind.tensor(dq, "dq", true), bind.tensor(dk, "dk", true),
+                          bind.tensor(dv, "dv", true), bind.tensor(dg, "dg", true),
+                          bind.tensor(dbeta, "dbeta", true), bind.tensor(dstate, "dstate", true)};
+    const gdn_tensor *do_ptr = d_out.is_none() ? nullptr : &d_o, *ds_ptr = d_states.is_none() ? nullptr : &d_s;
     gdn_status status;
     {
         nb::gil_scoped_release unlocked;
@@ -242,16 +323,20 @@ NB_MODULE(_gdn, m) {
              nb::arg("threads"), nb::arg("chunk_size"), nb::arg("device"), nb::arg("stream"))
         .def_prop_ro("backend", &Context::backend)
         .def_prop_ro("workspace_bytes", &Context::workspace_bytes)
+        // The gdn_context* itself, for the C API called directly (ctypes); this object owns it.
+        .def_prop_ro("address", [](const Context &c) { return reinterpret_cast<uintptr_t>(c.raw()); })
         .def("release_workspace", &Context::release_workspace);
 
     m.def("forward", &forward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("out").none(), nb::arg("states").none(), nb::arg("scale").none(),
-          nb::arg("head_map"), nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none());
+          nb::arg("head_map"), nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none(),
+          nb::arg("state_indices").none() = nb::none());
     m.def("backward", &backward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("d_out").none(), nb::arg("d_states").none(),
           nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::arg("dg").none(),
           nb::arg("dbeta").none(), nb::arg("dstate").none(), nb::arg("scale").none(), nb::arg("head_map"),
-          nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none());
+          nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none(),
+          nb::arg("state_indices").none() = nb::none());
     gdn_python::bind_l2norm(m);
     gdn_python::bind_memory(m);
     m.def("backend_available", [](const std::string &name) { return gdn_backend_available(name.c_str()) != 0; });

@@ -34,11 +34,21 @@ def naive():
 def chunk_parameters():
     """FLA's ``chunk_gated_delta_rule`` parameters as written in its source, [(name, default source
     or None)], with ``**kwargs`` last as ("**kwargs", None); None when FLA is not found."""
-    path = _file("ops", "gated_delta_rule", "chunk.py")
+    return parameters("chunk.py", "chunk_gated_delta_rule")
+
+
+def fused_recurrent_parameters():
+    """FLA's ``fused_recurrent_gated_delta_rule`` parameters, as ``chunk_parameters`` gives them."""
+    return parameters("fused_recurrent.py", "fused_recurrent_gated_delta_rule")
+
+
+def parameters(file_name, function_name):
+    """The parameters of FLA's gated delta rule function ``function_name`` in ``file_name``."""
+    path = _file("ops", "gated_delta_rule", file_name)
     if path is None:
         return None
     tree = ast.parse(path.read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "chunk_gated_delta_rule")
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function_name)
     args = fn.args.args
     defaults = [None] * (len(args) - len(fn.args.defaults)) + [ast.unparse(d) for d in fn.args.defaults]
     params = [(a.arg, d) for a, d in zip(args, defaults)]

@@ -6,6 +6,7 @@ import sys
 import torch
 
 import gdn
+import gdn.torch
 from gdn import _capi
 
 
@@ -22,9 +23,30 @@ def test_c_api_baseline_matches_the_binding():
     assert torch.equal(out, expected)
 
 
-def test_bench_prints_both_tables():
+def test_decoding_baseline_updates_the_pool_as_the_binding_does():
+    """The decoding rows' C API call (an FLA-layout pool by strides, reversed slots with gaps) and
+    gdn.torch's give the same bits, in the same slots, leaving the others as they were."""
+    from gdn import bench
+    q, k, v, g, beta, pool, slots = bench._decode_inputs(3)
+    by_capi, by_torch = pool.clone(), pool.clone()
+    view = by_capi.transpose(-1, -2)
+    out = torch.empty_like(v)
+    _capi.Context("cpu", 1).forward(_capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), view,
+                                                  state_indices=slots), _capi.tensor(out), _capi.tensor(view))
+    with torch.no_grad(), gdn.torch.backend("cpu"):
+        o, final = gdn.torch.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=by_torch,
+                                                              ssm_state_indices=slots)
+    assert final is by_torch and torch.equal(o, out) and torch.equal(by_torch, by_capi)
+    named = slots.long()
+    assert not torch.equal(by_capi[named], pool[named])
+    untouched = [s for s in range(pool.shape[0]) if s not in named.tolist()]
+    assert torch.equal(by_capi[untouched], pool[untouched])
+
+
+def test_bench_prints_every_table():
     done = subprocess.run([sys.executable, "-m", "gdn.bench", "--tokens", "8", "--min-time", "0", "--min-runs", "1",
-                           "--threads", "1"], capture_output=True, text=True, timeout=600)
+                           "--threads", "1", "--decode-batches", "2"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 8 |")]
     assert len(rows) == 4, done.stdout  # fwd and fwd+bwd, in each table
+    assert [line for line in done.stdout.splitlines() if line.startswith("| 2 | 1 |")], done.stdout

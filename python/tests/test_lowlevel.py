@@ -115,6 +115,27 @@ def test_snapshots_and_in_place_state_update():
     assert nmse(cache, final) < 1e-10
 
 
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
+def test_value_major_pool_is_read_and_updated_in_place_by_strides(backend):
+    """A numpy pool in FLA's layout [slots, Hv, Sk, Sv], passed as its transposed view: the named
+    slots read and written where they are (states None: the pool itself), the same bits as the
+    call on the gathered key-major states, the other slots untouched."""
+    rng = np.random.default_rng(6)
+    dtype = np.float64 if backend == "ref" else np.float32
+    q, k, v, g, beta, _ = make_inputs(rng, B=2, T=3, dtype=dtype)
+    pool = rng.standard_normal((5, 4, 16, 8)).astype(dtype)
+    slots = np.array([4, 1], dtype=np.int64)
+    ctx = gdn.Context(backend, threads=1) if backend == "cpu" else gdn.Context(backend)
+    expected_out, expected_states = gdn.forward(q, k, v, g, beta, np.swapaxes(pool[slots], -1, -2).copy(), ctx=ctx)
+    before = pool.copy()
+    view = np.swapaxes(pool, -1, -2)
+    out, states = gdn.forward(q, k, v, g, beta, view, state_indices=slots, ctx=ctx)
+    assert states is view and np.shares_memory(states, pool)
+    np.testing.assert_array_equal(out, expected_out)
+    np.testing.assert_array_equal(np.swapaxes(pool[slots], -1, -2), expected_states)
+    np.testing.assert_array_equal(pool[[0, 2, 3]], before[[0, 2, 3]])
+
+
 def test_dry_run_writes_nothing_and_workspace_is_reported():
     rng = np.random.default_rng(5)
     q, k, v, g, beta, state = make_inputs(rng, dtype=np.float32)

@@ -82,10 +82,10 @@ def test_torch_compile_fullgraph_forward_and_backward(backend):
 def test_opcheck():
     """PyTorch's own consistency checks of a custom op: schema, fake tensors, autograd registration."""
     q, k, v, g, beta, h0 = (x.detach().float() for x in small_inputs(T=5))
-    state = h0.transpose(-1, -2).contiguous()
     for l2norm in (False, True):
-        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True, l2norm)
-        torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
+        for state_v_first, state in ((False, h0), (True, h0.transpose(-1, -2).contiguous())):
+            args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True, l2norm, state_v_first)
+            torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -169,3 +169,68 @@ def test_layers_that_bind_the_functions_on_the_instance(monkeypatch):
         assert layer(q, k, v, g, beta)[0] == "transformers' chunk"
         assert layer(q, k, v, g, beta, state=state)[0] == "transformers' recurrent"
     assert "chunk_gated_delta_rule" not in vars(module.GatedDeltaNet)
+
+
+def _state_sized_allocations(model, prompt, steps, state_bytes):
+    """Tensors of at least a layer's recurrent state's size that greedy generation allocates."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        sequences = generate(model, prompt, steps)
+    return sequences, sum(1 for e in prof.events() if e.self_cpu_memory_usage >= state_bytes)
+
+
+def test_decoding_updates_the_cache_state_in_place_with_no_state_allocated_per_token(monkeypatch):
+    """Each generated token's step writes the new state over the cache's own tensor: the number of
+    state-sized allocations does not grow with the number of tokens (transformers' own step makes
+    several per layer and token, which shows the measure sees them)."""
+    model = tiny_model("qwen3_5")
+    prompt = tokens(2, 9)
+    config = model.config
+    state_bytes = (2 * config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim
+                   * torch.float64.itemsize)
+    steps = (2, 6)
+    with float64_compute("qwen3_5"):
+        plain = {n: _state_sized_allocations(model, prompt, n, state_bytes) for n in steps}
+        with gdn_hf.patched():
+            ours = {n: _state_sized_allocations(model, prompt, n, state_bytes) for n in steps}
+    for n in steps:
+        assert torch.equal(ours[n][0], plain[n][0])
+    linear_layers, more_tokens = 2, steps[1] - steps[0]
+    assert plain[steps[1]][1] - plain[steps[0]][1] >= linear_layers * more_tokens, plain
+    assert ours[steps[1]][1] == ours[steps[0]][1], ours
+
+    # And the state each step updates is the cache's, at the same address every token.
+    seen = []
+    real = gdn.torch.fused_recurrent_gated_delta_rule
+
+    def spy(*args, initial_state=None, **kwargs):
+        o, final = real(*args, initial_state=initial_state, **kwargs)
+        seen.append((initial_state.data_ptr(), final is initial_state))
+        return o, final
+
+    monkeypatch.setattr(gdn.torch, "fused_recurrent_gated_delta_rule", spy)
+    with float64_compute("qwen3_5"), gdn_hf.patched(), torch.no_grad():
+        out = model(prompt, use_cache=True)
+        cache = out.past_key_values
+        addresses = {i: cache.layers[i].recurrent_states[0].data_ptr() for i in (0, 2)}
+        for _ in range(3):
+            out = model(out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+    assert len(seen) == 2 * 3 and all(in_place for _, in_place in seen)
+    assert {address for address, _ in seen} == set(addresses.values())
+    assert {i: cache.layers[i].recurrent_states[0].data_ptr() for i in (0, 2)} == addresses
+
+
+def test_decoding_step_leaves_a_state_the_cache_did_not_hand_out_alone():
+    """A caller's own state, or one of the per-token states a multi-token step keeps in a list:
+    the step returns a new final state and leaves the one it was given as it was."""
+    gen = torch.Generator().manual_seed(2)
+    q, k = (torch.randn(2, 1, 2, 16, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 1, 4, 8, generator=gen, dtype=torch.float64)
+    g, beta = -torch.rand(2, 1, 4, generator=gen, dtype=torch.float64), torch.rand(2, 1, 4, generator=gen,
+                                                                               dtype=torch.float64)
+    state = torch.randn(2, 4, 16, 8, generator=gen, dtype=torch.float64)
+    before = state.clone()
+    with gdn_hf.patched(), torch.no_grad():
+        _, final = gdn_hf.recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=state,
+                                                     output_final_state=True, use_qk_l2norm_in_kernel=True)
+    assert final is not state and torch.equal(state, before) and not torch.equal(final, before)

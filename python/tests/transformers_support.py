@@ -129,16 +129,20 @@ def relative_error(a, b):
 
 @pytest.fixture
 def gdn_calls(monkeypatch):
-    """Records (T, has initial state, wants final state) of every call that reaches gdn.torch."""
+    """Records (T, has initial state, wants final state) of every call that reaches gdn.torch's
+    two functions; an in-place update (the decoding step) wants its final state."""
     calls = []
-    real = gdn.torch.chunk_gated_delta_rule
 
-    def recording(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
-        calls.append((q.shape[1], initial_state is not None, output_final_state))
-        return real(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                    output_final_state=output_final_state, **kwargs)
+    def recording(real):
+        def call(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
+            wanted = bool(output_final_state or kwargs.get("inplace_final_state"))
+            calls.append((q.shape[1], initial_state is not None, wanted))
+            return real(q, k, v, g, beta=beta, scale=scale, initial_state=initial_state,
+                        output_final_state=output_final_state, **kwargs)
+        return call
 
-    monkeypatch.setattr(gdn.torch, "chunk_gated_delta_rule", recording)
+    for name in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"):
+        monkeypatch.setattr(gdn.torch, name, recording(getattr(gdn.torch, name)))
     return calls
 
 

@@ -23,7 +23,9 @@ How: ``patch()`` targets what each model's layer (``Qwen3_5GatedDeltaNet``,
 
 Every layer of that model type then calls gdn; ``unpatch()`` puts back the very objects it
 replaced. Nothing else changes: the convolution, the norms, the cache and the attention layers
-stay transformers' own.
+stay transformers' own. ``Cache.get_recurrent_state`` is wrapped, while anything is patched, only
+to observe which state the cache hands to a layer (the decoding step updates that one in place:
+_cache_states).
 
 What the adapters keep from transformers' functions: the positional order of their parameters,
 q/k with the key-head count and v with the value-head count (value head h reads key head
@@ -33,7 +35,8 @@ final_state None unless ``output_final_state``. A chunk with no tokens (assisted
 sends them) returns an empty o and the initial state. What differs, on purpose: ``chunk_size`` is
 ignored (gdn chooses its own blocking; the result is the same recurrence); the final state is in
 gdn's compute dtype (float32, or float64 for float64 inputs, where transformers' function rounds
-to float32) and is a transposed view, which the cache copies; ``cu_seqlens`` (packed sequences,
+to float32); the decoding step updates the cache's state in place (``recurrent_gated_delta_rule``
+below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences,
 passed by the layer as ``cu_seq_lens_q``) works, where transformers' function refuses it without
 FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the layer passes is ignored, as
 transformers' function ignores it.
@@ -56,8 +59,11 @@ import warnings
 
 import torch
 
+from . import _cache_states
 from .. import _errors
 from .. import torch as _gdn_torch
+from .._fla_args import compute_dtype as _compute_dtype
+from .._fla_args import readable_state
 
 __all__ = ["MODELS", "patch", "unpatch", "patched", "patched_models",
            "chunk_gated_delta_rule", "recurrent_gated_delta_rule"]
@@ -104,12 +110,34 @@ def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_st
                              use_qk_l2norm_in_kernel, cu_seqlens, scale)
 
 
+def _updatable_in_place(initial_state, output_final_state, tensors):
+    """Whether the decoding step can write its final state over ``initial_state``: the cache's own
+    state, just read by the layer from a cache that keeps no copy of its past (_cache_states), the
+    layer asks for the final state (to store it over that very tensor), the state is in the compute
+    dtype with K or V contiguous, and no gradient flows."""
+    if initial_state is None or not output_final_state or not _cache_states.handed_out(initial_state):
+        return False
+    query, key, value = tensors[:3]
+    if initial_state.dtype != _compute_dtype(query, key, value) or readable_state(initial_state) is not initial_state:
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, initial_state)))
+
+
 def recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
                                use_qk_l2norm_in_kernel=False, *, cu_seqlens=None, scale=None, **ignored):
     """gdn in place of transformers' ``torch_recurrent_gated_delta_rule`` (cached decoding).
 
-    Same parameters in the same order; unknown keywords are ignored.
+    Same parameters in the same order; unknown keywords are ignored. When ``initial_state`` is the
+    cache's own state, read by the layer from a cache that does not record its past, and the layer
+    asks for the final state (and the state is float32, or float64 for float64 inputs, with no
+    gradient), the step updates it in place and returns it as the final state, which the layer
+    then stores into itself (a copy onto itself, which torch skips): no state is allocated or
+    copied per generated token. Otherwise a new final state, as transformers' function returns.
     """
+    if _updatable_in_place(initial_state, output_final_state, (query, key, value, g, beta)):
+        return _gdn_torch.fused_recurrent_gated_delta_rule(
+            query, key, value, g, beta=beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens,
+            use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel), inplace_final_state=True)
     return _gated_delta_rule(query, key, value, g, beta, initial_state, output_final_state,
                              use_qk_l2norm_in_kernel, cu_seqlens, scale)
 
@@ -285,6 +313,7 @@ def patch(models=None):
                     owner = _owner(found, kind)
                     saved[(kind, key)] = getattr(owner, key) if kind == "global" else owner.__dict__.get(key, _ABSENT)
                     _install(found, kind, key, adapter)
+        _cache_states.install()
     changed = {name: reason for name, (absent, reason) in failures.items() if not absent}
     if changed:
         warnings.warn("gdn.integrations.transformers.patch(): left on transformers' own functions (structure "
@@ -318,6 +347,8 @@ def unpatch(models=None):
                 else:
                     setattr(owner, key, original)
             restored.append(name)
+        if not _originals:
+            _cache_states.remove()
     return tuple(restored)
 
 

@@ -1,0 +1,167 @@
+"""FLA's argument rules for gdn.torch's ops: the checks, with gdn's error classes and messages that
+name the argument, and FLA's input conventions turned into the tensors gdn computes on."""
+
+import math
+from collections import namedtuple
+
+import torch
+
+from . import _errors
+
+# What the ops take: q, k, v as given (in the compute dtype), the gate and beta with their unit
+# dimension, the scale as a float or None, host offsets, N sequences, the dtypes.
+Prepared = namedtuple("Prepared", "q k v gate beta scale cu_seqlens sequences compute out_dtype")
+
+
+def _has_broadcast_stride(shape, strides):
+    return 0 in strides and any(size > 1 and stride == 0 for size, stride in zip(shape, strides))
+
+
+def readable(t):
+    """t itself when gdn can read it in place (innermost stride 1, no broadcast strides), else a copy."""
+    shape, strides = t.shape, t.stride()
+    if (strides[-1] != 1 and shape[-1] > 1) or _has_broadcast_stride(shape, strides):
+        return t.contiguous()
+    return t
+
+
+def readable_state(t):
+    """A state t itself when gdn can read it in place (K or V contiguous: either layout, no broadcast
+    strides), else a contiguous copy."""
+    shape, strides = t.shape, t.stride()
+    rows_contiguous = shape[-1] == 1 or strides[-1] == 1
+    columns_contiguous = shape[-2] == 1 or strides[-2] == 1
+    if not (rows_contiguous or columns_contiguous) or _has_broadcast_stride(shape, strides):
+        return t.contiguous()
+    return t
+
+
+def compute_dtype(q, k, v):
+    """float64 when any of q, k, v is float64 (the ref backend, exact), else float32."""
+    return torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
+
+
+def _check_tensor(name, t, device):
+    if not isinstance(t, torch.Tensor):
+        raise _errors.InvalidArgumentError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    if not t.is_floating_point():
+        raise _errors.ElementTypeError(f"{name} has dtype {t.dtype}; gdn takes floating-point tensors")
+    if t.device != device:
+        raise _errors.InvalidArgumentError(f"{name} is on {t.device} but q is on {device}")
+
+
+def _check_index_vector(name, t, device, what):
+    if not isinstance(t, torch.Tensor):
+        raise _errors.InvalidArgumentError(
+            f"{name} must be a torch.Tensor (a 1-D int32 or int64 tensor of {what}), not {type(t).__name__}")
+    if t.dim() != 1 or t.dtype not in (torch.int32, torch.int64):
+        raise _errors.InvalidArgumentError(
+            f"{name} must be a 1-D int32 or int64 tensor of {what}; got dtype {t.dtype}, shape {tuple(t.shape)}")
+    if t.device != device and t.device.type != "cpu":
+        raise _errors.InvalidArgumentError(
+            f"{name} is on {t.device} but q is on {device} (on the host is fine too)")
+
+
+def check_inputs(q, k, v, g, beta, cu_seqlens):
+    """Checks q, k, v, g, beta and the offsets; returns N, the number of sequences."""
+    tensors = (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))
+    device = q.device if isinstance(q, torch.Tensor) else None
+    for name, t in tensors:
+        _check_tensor(name, t, device)
+    shapes = {name: tuple(t.shape) for name, t in tensors}
+    for name, rank in (("q", 4), ("k", 4), ("v", 4), ("beta", 3)):
+        if len(shapes[name]) != rank:
+            raise _errors.ShapeError(f"{name} must have {rank} dimensions ([B, T, H, K] for q/k, [B, T, HV, V] "
+                                     f"for v, [B, T, HV] for g/beta); got shape {shapes[name]}")
+    if len(shapes["g"]) not in (3, 4):
+        raise _errors.ShapeError(f"g must be [B, T, HV] (or [B, T, HV, K]: a gate per key channel); "
+                                 f"got shape {shapes['g']}")
+    B, T, H, K = shapes["q"]
+    HV, V = shapes["v"][2:]
+    if shapes["k"] != shapes["q"]:
+        raise _errors.ShapeError(f"k has shape {shapes['k']} but q has {shapes['q']}")
+    if shapes["v"][:2] != (B, T):
+        raise _errors.ShapeError(f"v has shape {shapes['v']}: its [B, T] must be q's {(B, T)}")
+    if H == 0 or K == 0 or HV == 0 or V == 0:
+        raise _errors.ShapeError(f"q has shape {shapes['q']} and v {shapes['v']}: head counts and head sizes "
+                                 "must be at least 1 (only B and T may be 0)")
+    if HV % H != 0:
+        raise _errors.ShapeError(f"v has {HV} heads, not a multiple of q/k's {H} heads")
+    gate_shape = (B, T, HV) if len(shapes["g"]) == 3 else (B, T, HV, K)
+    if shapes["g"] != gate_shape:
+        raise _errors.ShapeError(f"g has shape {shapes['g']}; expected {gate_shape}")
+    if shapes["beta"] != (B, T, HV):
+        raise _errors.ShapeError(f"beta has shape {shapes['beta']}; expected {(B, T, HV)}")
+    if cu_seqlens is None:
+        return B
+    _check_index_vector("cu_seqlens", cu_seqlens, q.device, "N + 1 offsets, as FLA takes it")
+    if cu_seqlens.shape[0] < 1:
+        raise _errors.InvalidArgumentError(
+            f"cu_seqlens must be a 1-D int32 or int64 tensor of N + 1 >= 1 offsets; got dtype {cu_seqlens.dtype}, "
+            f"shape {tuple(cu_seqlens.shape)}")
+    if B != 1:
+        raise _errors.ShapeError(f"with cu_seqlens the sequences are packed along T, so B must be 1, not {B}")
+    return cu_seqlens.shape[0] - 1
+
+
+def check_state(state, q, v, sequences, state_v_first, pooled=False):
+    """initial_state: [N, HV, K, V] ([N, HV, V, K] with state_v_first); a pool has any slot count."""
+    _check_tensor("initial_state", state, q.device)
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    inner = (HV, V, K) if state_v_first else (HV, K, V)
+    layout = f"[{'slots' if pooled else 'N'}, HV, {'V, K' if state_v_first else 'K, V'}]"
+    if state.dim() != 4 or tuple(state.shape[1:]) != inner or (not pooled and state.shape[0] != sequences):
+        expected = f"[slots, *{inner}]" if pooled else (sequences, *inner)
+        raise _errors.ShapeError(f"initial_state has shape {tuple(state.shape)}; expected {layout} = {expected}")
+
+
+def check_state_indices(indices, sequences, device):
+    """One slot per sequence, int32 or int64, on q's device or the host."""
+    _check_index_vector("ssm_state_indices", indices, device, "one state slot per sequence")
+    if indices.shape[0] != sequences:
+        raise _errors.ShapeError(
+            f"ssm_state_indices has {indices.shape[0]} entries for {sequences} sequences: one slot per sequence")
+
+
+def _scale(scale):
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise _errors.InvalidArgumentError(f"scale = {scale!r} must be a number (or None for 1/sqrt(K))")
+    if not math.isfinite(scale):
+        raise _errors.InvalidArgumentError(f"scale = {scale} is not finite")
+    return float(scale)
+
+
+def activated_gate(g, A_log, dt_bias):
+    """FLA's ``use_gate_in_kernel``: the log decay ``-exp(A_log) * softplus(g + dt_bias)`` from raw g."""
+    if A_log is None:
+        raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs A_log")
+    if g is None:
+        raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs g (the raw pre-activation)")
+    return -A_log.exp() * torch.nn.functional.softplus(g if dt_bias is None else g + dt_bias)
+
+
+def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
+            kwargs):
+    """FLA's conventions applied and checked: the gate computed in the op when asked
+    (``use_gate_in_kernel``, ``A_log``, ``dt_bias`` in kwargs), beta from logits, the offsets on the
+    host when the caller has them there, every input in the compute dtype and readable in place."""
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise _errors.InvalidArgumentError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
+    if kwargs.get("use_gate_in_kernel", False):
+        g = activated_gate(g, kwargs.get("A_log"), kwargs.get("dt_bias"))
+    sequences = check_inputs(q, k, v, g, beta, cu_seqlens)
+    scale = _scale(scale)
+    if use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * 2 if allow_neg_eigval else beta.sigmoid()
+    if cu_seqlens is not None:
+        # Read on the host when the caller has the offsets there; strided views become contiguous.
+        host = cu_seqlens_cpu if isinstance(cu_seqlens_cpu, torch.Tensor) else cu_seqlens
+        cu_seqlens = host.contiguous()
+    compute = compute_dtype(q, k, v)
+    out_dtype = q.dtype
+    q, k, v, g, beta = (t if t.dtype == compute else t.to(compute) for t in (q, k, v, g, beta))
+    gate = g.unsqueeze(-1) if g.dim() == 3 else g
+    return Prepared(readable(q), readable(k), readable(v), readable(gate), readable(beta.unsqueeze(-1)), scale,
+                    cu_seqlens, sequences, compute, out_dtype)

@@ -1,0 +1,269 @@
+"""gdn.torch for serving: states in FLA's [N, HV, K, V] layout read and written where they are (no
+transpose, no copy), and fused_recurrent_gated_delta_rule's state pools (vLLM's
+ssm_state_indices, SGLang's initial_state_indices) updated in place."""
+
+import inspect
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import fla_reference
+import gdn
+import gdn.torch as gt
+from reference import recurrent_reference
+from torch_inputs import small_inputs
+
+
+def inputs(B=3, T=4, H=2, HV=4, K=8, V=6, dtype=torch.float64, seed=0):
+    q, k, v, g, beta, _ = small_inputs(dtype, B, T, H, HV, K, V, seed, requires_grad=False)
+    return q, k, v, g, beta
+
+
+def pool_of(slots, HV=4, K=8, V=6, dtype=torch.float64, seed=1):
+    return torch.randn(slots, HV, K, V, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def reference(q, k, v, g, beta, initial):
+    """o and the final states [N, HV, K, V] in float64, from the numpy recurrence."""
+    o, final = recurrent_reference(*(t.double().numpy() for t in (q, k, v, g, beta)), q.shape[-1] ** -0.5,
+                                   initial.double().numpy())
+    return torch.from_numpy(o), torch.from_numpy(final)
+
+
+def starting_states(pool, slots):
+    """What each sequence starts from: its slot of the pool, zeros for a negative index."""
+    return torch.stack([pool[s] if s >= 0 else torch.zeros_like(pool[0]) for s in slots])
+
+
+def close(a, b, dtype):
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    return ((a.double() - b).norm() / b.norm()).item() < tol
+
+
+def allocations_of_at_least(nbytes, fn):
+    """How many tensors of at least ``nbytes`` bytes torch allocates while ``fn`` runs (the
+    profiler attributes each host allocation to the op that made it)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.self_cpu_memory_usage >= nbytes)
+
+
+BACKENDS = [("ref", torch.float64), ("cpu", torch.float32)]
+
+
+def test_fused_recurrent_signature_starts_with_flas():
+    fla = fla_reference.fused_recurrent_parameters()
+    if fla is None:
+        pytest.skip("FLA is not installed (set GDN_FLA_SITE to an FLA install)")
+    parameters = list(inspect.signature(gt.fused_recurrent_gated_delta_rule).parameters.values())
+    positional = [(p.name, None if p.default is p.empty else repr(p.default)) for p in parameters
+                  if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional == [entry for entry in fla if entry[0] != "**kwargs"]
+    keyword_only = {p.name: p.default for p in parameters if p.kind == p.KEYWORD_ONLY}
+    assert keyword_only == dict(ssm_state_indices=None, initial_state_indices=None, inplace_final_state=None)
+    assert parameters[-1].kind == parameters[-1].VAR_KEYWORD
+
+
+@pytest.mark.parametrize("backend, dtype", BACKENDS)
+@pytest.mark.parametrize("state_v_first", [False, True])
+@pytest.mark.parametrize("op", ["chunk", "fused_recurrent"])
+def test_both_state_layouts_match_the_reference(backend, dtype, state_v_first, op):
+    q, k, v, g, beta = (t.to(dtype) for t in inputs())
+    h0 = pool_of(3, dtype=dtype)
+    o_ref, final_ref = reference(q, k, v, g, beta, h0)
+    layout = (lambda s: s.transpose(-1, -2).contiguous()) if state_v_first else (lambda s: s)
+    fn = gt.chunk_gated_delta_rule if op == "chunk" else gt.fused_recurrent_gated_delta_rule
+    with gt.backend(backend):
+        o, final = fn(q, k, v, g, beta=beta, initial_state=layout(h0), output_final_state=True,
+                      state_v_first=state_v_first)
+    assert final.is_contiguous() and final.shape == layout(h0).shape and final.dtype == dtype
+    assert close(o, o_ref, dtype) and close(final, layout(final_ref), dtype)
+
+
+def test_both_layouts_give_the_same_bits_on_cpu():
+    q, k, v, g, beta = (t.float() for t in inputs(T=9))
+    h0 = pool_of(3, dtype=torch.float32)
+    with gt.backend("cpu"):
+        o_kv, final_kv = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+        o_vk, final_vk = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0.transpose(-1, -2).contiguous(),
+                                                   output_final_state=True, state_v_first=True)
+    assert torch.equal(o_kv, o_vk) and torch.equal(final_kv, final_vk.transpose(-1, -2))
+
+
+def test_chunk_reads_and_writes_fla_states_without_copies():
+    """The only state-sized tensor a call with an initial state makes is the final state it returns."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=2, K=32, V=32))
+    h0 = pool_of(2, K=32, V=32, dtype=torch.float32)
+    nbytes = h0.numel() * h0.element_size()
+    calls = lambda: gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)  # noqa
+    assert allocations_of_at_least(nbytes, calls) == 1
+    # The measure sees a copy: a state in neither layout (strided K and V) is copied once more.
+    strided = torch.empty(2, 4, 32, 64)[..., ::2].copy_(h0)
+    strided_call = lambda: gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=strided,  # noqa: E731
+                                                     output_final_state=True)
+    assert allocations_of_at_least(nbytes, strided_call) == 2
+
+
+@pytest.mark.parametrize("backend, dtype", BACKENDS)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_pool_is_updated_in_place_at_its_slots(backend, dtype, index_dtype, state_v_first):
+    """Slots with gaps, out of order and a negative one: each named slot holds its sequence's final
+    state, the others keep their bits, and no state-sized tensor is made."""
+    q, k, v, g, beta = (t.to(dtype) for t in inputs(B=4, T=1))
+    slots = [5, -1, 0, 2]
+    indices = torch.tensor(slots, dtype=index_dtype)
+    pool = pool_of(7, dtype=dtype)
+    o_ref, final_ref = reference(q, k, v, g, beta, starting_states(pool, slots))
+    stored = pool.transpose(-1, -2).contiguous() if state_v_first else pool.clone()
+    before, address = stored.clone(), stored.data_ptr()
+    with gt.backend(backend), torch.no_grad():
+        o, final = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=stored,
+                                                       ssm_state_indices=indices, state_v_first=state_v_first)
+    assert final is stored and stored.data_ptr() == address
+    updated = stored.transpose(-1, -2) if state_v_first else stored
+    assert close(o, o_ref, dtype)
+    for n, s in enumerate(slots):
+        if s >= 0:
+            assert close(updated[s], final_ref[n], dtype), s
+    for s in (1, 3, 4, 6):  # no sequence's: untouched
+        assert torch.equal(stored[s], before[s])
+    slot_bytes = pool[0].numel() * pool.element_size()
+    with gt.backend(backend), torch.no_grad():
+        step = lambda: gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=stored,  # noqa: E731
+                                                           initial_state_indices=indices, state_v_first=state_v_first)
+        assert allocations_of_at_least(slot_bytes, step) == 0
+
+
+def test_decoding_token_by_token_in_the_pool_equals_one_call():
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=6))
+    pool = pool_of(4, dtype=torch.float32)
+    indices = torch.tensor([3, 1])
+    _, expected = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool[indices], output_final_state=True)
+    with torch.no_grad():
+        for t in range(6):
+            step = [x[:, t:t + 1] for x in (q, k, v, g, beta)]
+            gt.fused_recurrent_gated_delta_rule(*step[:4], beta=step[4], initial_state=pool, ssm_state_indices=indices)
+    torch.testing.assert_close(pool[indices], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_sequences_with_a_pool():
+    """cu_seqlens and indices together, an empty sequence among them (its slot keeps its state)."""
+    q, k, v, g, beta = inputs(B=1, T=5)
+    cu = torch.tensor([0, 2, 2, 5])
+    slots = [4, 1, 2]
+    pool = pool_of(5)
+    expected_pool = pool.clone()
+    with gt.backend("ref"), torch.no_grad():
+        o, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool, cu_seqlens=cu,
+                                                   ssm_state_indices=torch.tensor(slots))
+    for n, (start, end) in enumerate(((0, 2), (2, 2), (2, 5))):
+        part = [x[:, start:end] for x in (q, k, v, g, beta)]
+        o_n, final_n = reference(*part, expected_pool[slots[n]:slots[n] + 1])
+        expected_pool[slots[n]] = final_n[0]
+        if end > start:
+            assert close(o[:, start:end], o_n, torch.float64)
+    assert close(pool, expected_pool, torch.float64)
+
+
+def test_without_in_place_the_pool_is_read_and_the_states_returned_with_autograd():
+    q, k, v, g, beta = inputs(B=3, T=3)
+    pool = pool_of(5).requires_grad_()
+    slots = [4, -1, 1]
+    o, final = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool, output_final_state=True,
+                                                   ssm_state_indices=torch.tensor(slots), inplace_final_state=False)
+    o_ref, final_ref = reference(q, k, v, g, beta, starting_states(pool.detach(), slots))
+    assert close(o, o_ref, torch.float64) and close(final, final_ref, torch.float64)
+    (o.sum() + final.square().sum()).backward()
+    assert torch.count_nonzero(pool.grad[[0, 2, 3]]) == 0 and torch.count_nonzero(pool.grad[[1, 4]]) > 0
+    leaves = [x.clone().requires_grad_() for x in (*inputs(B=2, T=3), pool_of(2))]
+    with gt.backend("ref"):
+        assert torch.autograd.gradcheck(
+            lambda *xs: gt.fused_recurrent_gated_delta_rule(*xs[:4], beta=xs[4], initial_state=xs[5],
+                                                            output_final_state=True),
+            leaves)
+
+
+def test_in_place_without_indices_updates_the_given_states():
+    q, k, v, g, beta = inputs(B=2, T=2)
+    states = pool_of(2)
+    o_ref, final_ref = reference(q, k, v, g, beta, states)
+    with torch.no_grad():
+        o, final = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=states,
+                                                       inplace_final_state=True)
+    assert final is states and close(states, final_ref, torch.float64) and close(o, o_ref, torch.float64)
+
+
+def test_fla_gates_of_the_decode_signature():
+    """g None is no decay, gk a decay per key channel (with g when both come), beta None is ones."""
+    q, k, v, g, beta = inputs(B=1, T=3)
+    gk = -torch.rand(1, 3, 4, 8, dtype=torch.float64)
+    h0 = pool_of(1)
+    cases = [(dict(g=None, beta=beta), torch.zeros_like(g), beta),
+             (dict(g=g, gk=gk, beta=None), gk + g.unsqueeze(-1), torch.ones_like(beta)),
+             (dict(gk=gk, beta=beta), gk, beta)]
+    for given, gate, b in cases:
+        o, final = gt.fused_recurrent_gated_delta_rule(q, k, v, initial_state=h0, output_final_state=True, **given)
+        o_ref, final_ref = reference(q, k, v, gate, b, h0)
+        assert close(o, o_ref, torch.float64) and close(final, final_ref, torch.float64), given
+
+
+def test_the_update_op_passes_torchs_checks():
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=1))
+    pool = pool_of(3, dtype=torch.float32)
+    for indices in (torch.tensor([2, 0]), None):
+        state = pool if indices is not None else pool[:2].clone()
+        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, indices, None, 0.5, True, False)
+        torch.library.opcheck(torch.ops.gdn.gated_delta_rule_update.default, args)
+
+
+def test_pool_update_under_torch_compile():
+    """Traced, the update is the registered op that mutates the pool: the same bits as eagerly."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=1))
+    pool = pool_of(3, dtype=torch.float32)
+    eager_pool, indices = pool.clone(), torch.tensor([2, 0])
+
+    def step(states):
+        return gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=states,
+                                                   ssm_state_indices=indices, use_qk_l2norm_in_kernel=True)[0]
+
+    with torch.no_grad():
+        expected = step(eager_pool)
+        o = torch.compile(step, fullgraph=True, backend="aot_eager")(pool)
+    assert torch.equal(o, expected) and torch.equal(pool, eager_pool)
+
+
+def bad_pool_calls():
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=1))
+    pool = pool_of(4, dtype=torch.float32)
+    good = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool, ssm_state_indices=torch.tensor([3, 1]))
+    return [
+        ("repeated slot", dict(ssm_state_indices=torch.tensor([1, 1])), gdn.AliasError, "share a pool slot"),
+        ("slot past the pool", dict(ssm_state_indices=torch.tensor([0, 4])), gdn.ShapeError, "the pool has 4 slots"),
+        ("one index short", dict(ssm_state_indices=torch.tensor([0])), gdn.ShapeError, "one slot per sequence"),
+        ("float indices", dict(ssm_state_indices=torch.tensor([0.0, 1.0])), gdn.InvalidArgumentError, "int64"),
+        ("indices as a list", dict(ssm_state_indices=[0, 1]), gdn.InvalidArgumentError, "torch.Tensor"),
+        ("both names", dict(initial_state_indices=torch.tensor([0, 1])), gdn.InvalidArgumentError, "pass one"),
+        ("no pool", dict(initial_state=None), gdn.InvalidArgumentError, "initial_state"),
+        ("pool shape", dict(initial_state=pool[..., :3]), gdn.ShapeError, "initial_state has shape"),
+        ("pool dtype", dict(initial_state=pool.double()), gdn.ElementTypeError, "compute dtype"),
+        ("pool strides", dict(initial_state=torch.zeros(4, 4, 16, 12)[:, :, ::2, ::2]), gdn.LayoutError, "strides"),
+        ("autograd", dict(q=q.clone().requires_grad_()), gdn.UnsupportedError, "no autograd"),
+        ("gv", dict(gv=torch.zeros(2, 1, 4, 6)), gdn.UnsupportedError, "gv"),
+        ("beta per value channel", dict(beta=torch.rand(2, 1, 4, 6)), gdn.UnsupportedError, "beta"),
+        ("speculative decoding", dict(num_accepted_tokens=torch.tensor([1, 1])), gdn.UnsupportedError,
+         "num_accepted_tokens"),
+    ], good
+
+
+@pytest.mark.parametrize("index", range(len(bad_pool_calls()[0])))
+def test_bad_pool_calls_raise_a_gdn_error_and_change_nothing(index):
+    cases, good = bad_pool_calls()
+    _, change, error, words = cases[index]
+    args = {**good, **change}
+    before = {name: t.clone() for name, t in args.items() if isinstance(t, torch.Tensor)}
+    with pytest.raises(error, match=words):
+        gt.fused_recurrent_gated_delta_rule(**args)
+    for name, t in before.items():
+        assert torch.equal(args[name], t), name
