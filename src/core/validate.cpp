@@ -311,6 +311,11 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
     std::vector<Named> inputs;
     GDN_TRY(resolve_inputs(p, d, inputs));
     if (grads == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "grads is NULL (set a gradient's data to NULL to skip it)");
+    // A pooled call runs as one call per sequence (core/sequences.h): sequences sharing a q/k
+    // sequence would each overwrite its dq/dk instead of summing into them.
+    if (d.pooled && !d.packed && d.Bq != d.B)
+        return fail(GDN_ERROR_UNSUPPORTED, "the backward with state_indices takes q/k per sequence: q.ne[3] = %" PRId64
+                    " but v.ne[3] = %" PRId64 " (pass q and k repeated to B sequences, or use cu_seqlens)", d.Bq, d.B);
     if (present(d_out)) {
         const Named t{"d_out", d_out};
         GDN_TRY(check_tensor(t));
