@@ -230,6 +230,7 @@ Judgement judge(const Call &c) {
             if (!shape_is(c.t[s], Sk, Sv, Hv, slots)) return invalid(say(slot_name(s), "not a pool [Sk, Sv, Hv, slots] of the call's size"));
         }
     }
+    if (c.backward && pooled && !packed && Bq != B) return invalid("a pooled backward with q/k shared by sequences (Bq < B)");
     if (!pooled && c.present(STATE) && !shape_is(c.t[STATE], Sk, Sv, Hv, S0)) return invalid("state shape");
     for (int s : {OUT, D_OUT})
         if (c.present(s) && !shape_is(c.t[s], Sv, Hv, T, B)) return invalid(say(slot_name(s), "shape"));
