@@ -54,15 +54,18 @@ extern "C" {
 #endif
 
 #define GDN_VERSION_MAJOR 0
-#define GDN_VERSION_MINOR 3
+#define GDN_VERSION_MINOR 4
 #define GDN_VERSION_PATCH 0
 /* The version as one comparable number (0.1.0 -> 100, 1.2.3 -> 10203). These macros are the
  * project's one version: CMake and the Python package read theirs from here. */
 #define GDN_VERSION_NUMBER (GDN_VERSION_MAJOR * 10000 + GDN_VERSION_MINOR * 100 + GDN_VERSION_PATCH)
 
+/* Element types. One call is either all F64, or computes with F32 states from q/k/v of one type
+ * among F32, BF16 and F16 (beta that type or F32, g F32 or BF16; outputs and gradients the
+ * type of their input, states F32): docs/SPEC.md section 3.1 has the table. */
 typedef enum {
     GDN_TYPE_F32 = 0, GDN_TYPE_F64 = 1, GDN_TYPE_F16 = 2, GDN_TYPE_BF16 = 3,
-    GDN_TYPE_I32 = 4, GDN_TYPE_I64 = 5   /* integers: only for gdn_problem.cu_seqlens */
+    GDN_TYPE_I32 = 4, GDN_TYPE_I64 = 5   /* integers: only for cu_seqlens and state_indices */
 } gdn_type;
 
 typedef struct gdn_tensor {
@@ -81,6 +84,16 @@ typedef enum {
     GDN_HEAD_MAP_TILED   = 0,   /* kh = h % Hk: the ggml convention (default) */
     GDN_HEAD_MAP_GROUPED = 1    /* kh = h / (Hv / Hk): the FLA / Hugging Face convention */
 } gdn_head_map;
+
+/* How exact the products may be (docs/SPEC.md section 3.1). EXACT (0, the default): every
+ * product in F32 or better from the inputs as given. BF16: a backend may round the operands of
+ * its chunk products to bfloat16 and accumulate in F32 (states, gate sums and the triangular
+ * solve stay F32), where the hardware has native bf16 products; elsewhere it computes as EXACT.
+ * The ref backend always computes exactly. */
+typedef enum {
+    GDN_PRECISION_EXACT = 0,
+    GDN_PRECISION_BF16  = 1
+} gdn_precision;
 
 typedef struct gdn_problem {              /* the forward's inputs, shared by both ops */
     gdn_tensor   q, k, v, g, beta;        /* [Sk,Hk,T,Bq] [Sk,Hk,T,Bq] [Sv,Hv,T,B] [1|Sk,Hv,T,B] [1,Hv,T,B] */
@@ -107,6 +120,7 @@ typedef struct gdn_problem {              /* the forward's inputs, shared by bot
      * than slots. The backward reads state and d_states and writes grads.state the same way,
      * leaving the slots no sequence names untouched. SPEC section 3.2. */
     gdn_tensor   state_indices;
+    gdn_precision precision;              /* 0 = GDN_PRECISION_EXACT */
 } gdn_problem;
 
 typedef struct gdn_grads { gdn_tensor q, k, v, g, beta, state; } gdn_grads;  /* data == NULL: not wanted */

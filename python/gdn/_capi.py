@@ -18,7 +18,8 @@ class Problem(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("g", Tensor), ("beta", Tensor), ("state", Tensor),
                 ("scale", ctypes.c_double), ("scale_is_explicit", ctypes.c_int), ("head_map", ctypes.c_int),
                 ("cu_seqlens", Tensor),  # packed sequences (docs/VARLEN.md); zeroed = absent
-                ("state_indices", Tensor)]  # state pools (docs/SPEC.md section 3.2); zeroed = absent
+                ("state_indices", Tensor),  # state pools (docs/SPEC.md section 3.2); zeroed = absent
+                ("precision", ctypes.c_int)]  # gdn_precision (docs/SPEC.md section 3.1); 0 = exact
 
 
 class Grads(ctypes.Structure):

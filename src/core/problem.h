@@ -26,7 +26,15 @@ struct Dims {
     int64_t gate_width = 1;   // 1 = GDA (scalar gate), Sk = KDA (per key channel)
     double scale = 1.0;       // resolved: never 0
     gdn_head_map head_map = GDN_HEAD_MAP_TILED;
-    gdn_type type = GDN_TYPE_F32;
+    // Element types (SPEC 3.1), each checked against the rule of the call.
+    gdn_type type = GDN_TYPE_F32;        // q, k, v, out, d_out, dq, dk, dv
+    gdn_type beta_type = GDN_TYPE_F32;   // beta, grads.beta: `type` or F32
+    gdn_type gate_type = GDN_TYPE_F32;   // g, grads.g: F32 or BF16
+    gdn_type state_type = GDN_TYPE_F32;  // state, states, d_states, grads.state: F32 (F64 in an F64 call)
+    gdn_precision precision = GDN_PRECISION_EXACT;
+
+    // Whether every float tensor of the call has element type t.
+    bool all_of_type(gdn_type t) const { return type == t && beta_type == t && gate_type == t && state_type == t; }
 
     int64_t value_heads_per_key_head() const { return Hv / Hk; }
     int64_t sequences_per_qk_sequence() const { return Bq > 0 ? B / Bq : 0; }  // B = Bq = 0: no sequences

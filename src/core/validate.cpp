@@ -84,11 +84,46 @@ Status check_shape(const Named &t, int64_t e0, int64_t e1, int64_t e2, int64_t e
     return {};
 }
 
-Status check_same_type(const Named &t, gdn_type type) {
-    if (t.tensor->type != type)
-        return fail(GDN_ERROR_TYPE, "%s.type = %s but q.type = %s: every tensor of one call has the same element type",
-                    t.name, type_name(t.tensor->type), type_name(type));
+// What a float tensor is to the type rule of SPEC 3.1.
+enum class Role {
+    data,   // q, k, v, out, d_out, dq, dk, dv: q's type
+    beta,   // beta: q's type or F32
+    gate,   // g: F32 or BF16
+    state,  // state, states, d_states, grads.state: F32
+};
+
+// The type rule for one tensor, given q's type (d.type). An F64 call is F64 throughout.
+Status check_type(const Named &t, const Dims &d, Role role) {
+    const gdn_type x = t.tensor->type;
+    const char *name = type_name(x), *q = type_name(d.type);
+    if (d.type == GDN_TYPE_F64) {
+        if (x == GDN_TYPE_F64) return {};
+        return fail(GDN_ERROR_TYPE, "%s.type = %s but q.type = F64: a call with F64 q is F64 throughout", t.name, name);
+    }
+    switch (role) {
+        case Role::data:
+            if (x == d.type) return {};
+            return fail(GDN_ERROR_TYPE, "%s.type = %s but q.type = %s: q, k, v, out and their gradients have one element type",
+                        t.name, name, q);
+        case Role::beta:
+            if (x == d.type || x == GDN_TYPE_F32) return {};
+            return fail(GDN_ERROR_TYPE, "%s.type = %s: beta is F32 or the type of q (%s)", t.name, name, q);
+        case Role::gate:
+            if (x == GDN_TYPE_F32 || x == GDN_TYPE_BF16) return {};
+            return fail(GDN_ERROR_TYPE, "%s.type = %s: g is F32 or BF16", t.name, name);
+        case Role::state:
+            if (x == GDN_TYPE_F32) return {};
+            return fail(GDN_ERROR_TYPE, "%s.type = %s: states are F32 when q is %s (F64 only in a call that is F64 throughout)",
+                        t.name, name, q);
+    }
     return {};
+}
+
+// A gradient has the type of its input.
+Status check_gradient_type(const Named &t, const char *input, gdn_type type) {
+    if (t.tensor->type == type) return {};
+    return fail(GDN_ERROR_TYPE, "%s.type = %s but %s.type = %s: a gradient has the type of its input", t.name,
+                type_name(t.tensor->type), input, type_name(type));
 }
 
 // An index tensor (cu_seqlens, state_indices): I32 or I64, ne = {count, 1, 1, 1}, contiguous.
@@ -159,10 +194,20 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
         if (t.tensor->data == nullptr && element_count(*t.tensor) != 0)
             return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data is NULL: %s is required", t.name, t.name);
     if (is_integer_type(p->q.type))
-        return fail(GDN_ERROR_TYPE, "q.type = %s: integer types are only for cu_seqlens", type_name(p->q.type));
-    for (const Named &t : inputs) GDN_TRY(check_same_type(t, p->q.type));
-
+        return fail(GDN_ERROR_TYPE, "q.type = %s: integer types are only for cu_seqlens and state_indices", type_name(p->q.type));
     d.type = p->q.type;
+    for (const Named &t : {k, v}) GDN_TRY(check_type(t, d, Role::data));
+    GDN_TRY(check_type(beta, d, Role::beta));
+    GDN_TRY(check_type(g, d, Role::gate));
+    if (p->state.data != nullptr) GDN_TRY(check_type({"state", &p->state}, d, Role::state));
+    d.beta_type = p->beta.type;
+    d.gate_type = p->g.type;
+    d.state_type = d.type == GDN_TYPE_F64 ? GDN_TYPE_F64 : GDN_TYPE_F32;
+    const int precision = stored_value(p->precision);
+    if (precision != GDN_PRECISION_EXACT && precision != GDN_PRECISION_BF16)
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "precision = %d is not a gdn_precision", precision);
+    d.precision = p->precision;
+
     d.Sk = p->q.ne[0];
     d.Hk = p->q.ne[1];
     d.T = p->q.ne[2];
@@ -177,9 +222,9 @@ Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs)
                 return fail(GDN_ERROR_SHAPE, "%s.ne[%d] = 0: head sizes and head counts must be at least 1 (only tokens, ne[2], and sequences, ne[3], may be 0)",
                             t.name, dim);
     d.scale = p->scale != 0.0 || p->scale_is_explicit ? p->scale : 1.0 / std::sqrt(static_cast<double>(d.Sk));
-    // F32 backends compute with a float scale: a larger one would turn into inf there.
-    if (d.type == GDN_TYPE_F32 && std::fabs(d.scale) > std::numeric_limits<float>::max())
-        return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g does not fit the F32 arithmetic of an F32 call (|scale| <= %g)", d.scale,
+    // Calls with F32 states compute with a float scale: a larger one would turn into inf there.
+    if (d.state_type == GDN_TYPE_F32 && std::fabs(d.scale) > std::numeric_limits<float>::max())
+        return fail(GDN_ERROR_INVALID_ARGUMENT, "scale = %g does not fit the F32 arithmetic of a call with F32 states (|scale| <= %g)", d.scale,
                     static_cast<double>(std::numeric_limits<float>::max()));
 
     GDN_TRY(check_shape(k, d.Sk, d.Hk, d.T, d.Bq, "k has the shape of q"));
@@ -286,7 +331,7 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
     if (present(out)) {
         const Named o{"out", out};
         GDN_TRY(check_tensor(o));
-        GDN_TRY(check_same_type(o, d.type));
+        GDN_TRY(check_type(o, d, Role::data));
         GDN_TRY(check_shape(o, d.Sv, d.Hv, d.T, d.B, "out is [Sv, Hv, T, B]"));
         outputs.push_back(o);
     }
@@ -294,7 +339,7 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
     if (present(states)) {
         const Named s{"states", states};
         GDN_TRY(check_tensor(s, Rows::keys_or_values));
-        GDN_TRY(check_same_type(s, d.type));
+        GDN_TRY(check_type(s, d, Role::state));
         GDN_TRY(resolve_slots(s, d));
         outputs.push_back(s);
         if (p->state.data != nullptr && same_view(*states, p->state)) in_place = states;
@@ -319,26 +364,28 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
     if (present(d_out)) {
         const Named t{"d_out", d_out};
         GDN_TRY(check_tensor(t));
-        GDN_TRY(check_same_type(t, d.type));
+        GDN_TRY(check_type(t, d, Role::data));
         GDN_TRY(check_shape(t, d.Sv, d.Hv, d.T, d.B, "d_out is [Sv, Hv, T, B]"));
         inputs.push_back(t);
     }
     if (present(d_states)) {
         const Named t{"d_states", d_states};
         GDN_TRY(check_tensor(t, Rows::keys_or_values));
-        GDN_TRY(check_same_type(t, d.type));
+        GDN_TRY(check_type(t, d, Role::state));
         GDN_TRY(resolve_slots(t, d));
         inputs.push_back(t);
     }
     const Named wanted[] = {{"grads.q", &grads->q}, {"grads.k", &grads->k}, {"grads.v", &grads->v},
                             {"grads.g", &grads->g}, {"grads.beta", &grads->beta}, {"grads.state", &grads->state}};
     const gdn_tensor *shape_of[] = {&p->q, &p->k, &p->v, &p->g, &p->beta, nullptr};
+    const char *input_names[] = {"q", "k", "v", "g", "beta", "state"};
     std::vector<Named> outputs;
     for (int i = 0; i < 6; ++i) {
         const Named &t = wanted[i];
         if (!present(t.tensor)) continue;
         GDN_TRY(check_tensor(t, shape_of[i] != nullptr ? Rows::keys : Rows::keys_or_values));
-        GDN_TRY(check_same_type(t, d.type));
+        if (shape_of[i] != nullptr) GDN_TRY(check_gradient_type(t, input_names[i], shape_of[i]->type));
+        else GDN_TRY(check_type(t, d, Role::state));
         if (shape_of[i] != nullptr) {
             const int64_t *ne = shape_of[i]->ne;
             GDN_TRY(check_shape(t, ne[0], ne[1], ne[2], ne[3], "a gradient has the shape of its input"));
@@ -389,6 +436,12 @@ Status validate_offsets(const Dims &d, const std::vector<int64_t> &offsets) {
         return fail(GDN_ERROR_SHAPE, "cu_seqlens[%" PRId64 "] = %" PRId64 " but the last offset must be q.ne[2] = %" PRId64 " (tokens)",
                     d.N, offsets[d.N], d.T);
     return {};
+}
+
+Status require_all_of_type(const Dims &d, gdn_type type, const char *backend) {
+    if (d.all_of_type(type)) return {};
+    return fail(GDN_ERROR_TYPE, "the %s backend takes %s tensors; this call has q/k/v %s, beta %s, g %s, states %s", backend,
+                type_name(type), type_name(d.type), type_name(d.beta_type), type_name(d.gate_type), type_name(d.state_type));
 }
 
 Status validate_state_slots(const Dims &d, std::vector<int64_t> &slots) {

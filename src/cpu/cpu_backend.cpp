@@ -27,6 +27,7 @@
 #include "core/backend.h"
 #include "core/sequences.h"
 #include "core/tensor.h"
+#include "core/validate.h"
 #include "cpu/backward_schedule.h"
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
@@ -60,9 +61,7 @@ public:
     const char *name() const override { return "cpu"; }
 
     Status supports(const Dims &d, bool) const override {
-        if (d.type != GDN_TYPE_F32)
-            return fail(GDN_ERROR_TYPE, "the cpu backend takes F32 tensors, not %s", type_name(d.type));
-        return {};
+        return require_all_of_type(d, GDN_TYPE_F32, "cpu");
     }
 
     Status forward(const ForwardArgs &packed) override {
@@ -255,7 +254,7 @@ private:
         cpu::BackwardWork backward;
         cpu::GroupBackward group_backward;
         cpu::TokenForwardScratch token_forward;
-        token::BackwardScratch<float, float> token_backward;
+        token::BackwardScratch<float> token_backward;
 
         void plan_groups(const Dims &d, const gdn_tensor &g, int64_t max_chunk, int64_t begin, int64_t end) {
             first_group = begin;
@@ -392,7 +391,7 @@ private:
     std::vector<cpu::BackwardWork> backward_;          // per worker
     std::vector<cpu::GroupBackward> group_backward_;   // per worker (group schedule; then per tail group) or per group (split)
     std::vector<cpu::TokenForwardScratch> token_forward_;
-    std::vector<token::BackwardScratch<float, float>> token_backward_;
+    std::vector<token::BackwardScratch<float>> token_backward_;
     uint64_t workspace_ = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/sequences.h"
 #include "core/tensor.h"
+#include "core/validate.h"
 #include "cuda/cuda_status.h"
 #include "cuda/kernels.h"
 #include "cuda/sequence_views.h"
@@ -131,7 +132,7 @@ public:
     const char *name() const override { return "cuda"; }
 
     Status supports(const Dims &d, bool) const override {
-        if (d.type != GDN_TYPE_F32) return fail(GDN_ERROR_TYPE, "the cuda backend takes F32 tensors, not %s", type_name(d.type));
+        GDN_TRY(require_all_of_type(d, GDN_TYPE_F32, "cuda"));
         if (d.Sk > cuda::kMaxHeadSize)
             return fail(GDN_ERROR_UNSUPPORTED, "Sk = %" PRId64 ": the cuda backend takes key head sizes up to %d", d.Sk, cuda::kMaxHeadSize);
         if (d.Sv > cuda::kMaxHeadSize)

@@ -20,21 +20,10 @@
 
 #include "core/problem.h"
 #include "core/tensor.h"
+#include "math/elements.h"
 #include "math/token_step.h"
 
 namespace gdn::token {
-
-template <class In, class Acc>
-inline void load(const char *p, int64_t n, Acc *dst) {
-    const In *src = reinterpret_cast<const In *>(p);
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Acc>(src[i]);
-}
-
-template <class In, class Acc>
-inline void store(char *p, int64_t n, const Acc *src) {
-    In *dst = reinterpret_cast<In *>(p);
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<In>(src[i]);
-}
 
 template <class Acc>
 inline Shape<Acc> shape_of(const Dims &d) {
@@ -57,8 +46,8 @@ struct UnitRows {
     const char *beta_at(int64_t t) const { return element_ptr(*beta, 0, h, t, b); }
 };
 
-// Per-token inputs in Acc, loaded from the unit's rows.
-template <class In, class Acc>
+// Per-token inputs in Acc, loaded from the unit's rows (each converted from its tensor's type).
+template <class Acc>
 struct TokenBuffers {
     std::vector<Acc> q, k, v, decay;
     Acc beta = 0;
@@ -70,43 +59,43 @@ struct TokenBuffers {
         decay.resize(d.gate_width);
     }
     Token<Acc> load_token(const UnitRows &r, const Dims &d, int64_t t) {
-        load<In>(r.q_row(t), d.Sk, q.data());
-        load<In>(r.k_row(t), d.Sk, k.data());
-        load<In>(r.v_row(t), d.Sv, v.data());
-        load<In>(r.g_row(t), d.gate_width, decay.data());
+        load_elements(r.q->type, r.q_row(t), d.Sk, q.data());
+        load_elements(r.k->type, r.k_row(t), d.Sk, k.data());
+        load_elements(r.v->type, r.v_row(t), d.Sv, v.data());
+        load_elements(r.g->type, r.g_row(t), d.gate_width, decay.data());
         for (auto &a : decay) a = std::exp(a);
-        load<In>(r.beta_at(t), 1, &beta);
+        load_elements(r.beta->type, r.beta_at(t), 1, &beta);
         return {q.data(), k.data(), v.data(), decay.data(), beta};
     }
 };
 
 // A state [Sk, Sv] of unit (b, h) inside a [Sk, Sv, Hv, *] tensor, at dim-3 index `index`, in
 // either layout (SPEC section 3); st holds S[i][j] at i + j * Sk.
-template <class In, class Acc>
+template <class Acc>
 void load_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, Acc *st) {
     for (int64_t j = 0; j < d.Sv; ++j) {
         if (keys_contiguous(t)) {
-            load<In>(element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
+            load_elements(t.type, element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
         } else {
-            for (int64_t i = 0; i < d.Sk; ++i) load<In>(element_ptr(t, i, j, h, index), 1, st + j * d.Sk + i);
+            for (int64_t i = 0; i < d.Sk; ++i) load_elements(t.type, element_ptr(t, i, j, h, index), 1, st + j * d.Sk + i);
         }
     }
 }
-template <class In, class Acc>
+template <class Acc>
 void store_state(const gdn_tensor &t, const Dims &d, int64_t h, int64_t index, const Acc *st) {
     for (int64_t j = 0; j < d.Sv; ++j) {
         if (keys_contiguous(t)) {
-            store<In>(element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
+            store_elements(t.type, element_ptr(t, 0, j, h, index), d.Sk, st + j * d.Sk);
         } else {
-            for (int64_t i = 0; i < d.Sk; ++i) store<In>(element_ptr(t, i, j, h, index), 1, st + j * d.Sk + i);
+            for (int64_t i = 0; i < d.Sk; ++i) store_elements(t.type, element_ptr(t, i, j, h, index), 1, st + j * d.Sk + i);
         }
     }
 }
 
-template <class In, class Acc>
+template <class Acc>
 struct ForwardScratch {
     std::vector<Acc> state, o;
-    TokenBuffers<In, Acc> token;
+    TokenBuffers<Acc> token;
     void resize(const Dims &d) {
         state.resize(d.Sk * d.Sv);
         o.resize(d.Sv);
@@ -115,20 +104,20 @@ struct ForwardScratch {
 };
 
 // Runs unit (b, h) over all T tokens, writing its rows of out and its snapshot slots.
-template <class In, class Acc>
-void forward_unit(const ForwardArgs &a, int64_t b, int64_t h, ForwardScratch<In, Acc> &w) {
+template <class Acc>
+void forward_unit(const ForwardArgs &a, int64_t b, int64_t h, ForwardScratch<Acc> &w) {
     const Dims &d = a.dims;
     const Shape<Acc> s = shape_of<Acc>(d);
     const UnitRows rows(a.q, a.k, a.v, a.g, a.beta, d, b, h);
     Acc *st = w.state.data();
-    if (a.s0) load_state<In>(*a.s0, d, h, b, st);
+    if (a.s0) load_state(*a.s0, d, h, b, st);
     else std::fill(w.state.begin(), w.state.end(), Acc(0));
     for (int64_t t = 0; t < d.T; ++t) {
         const Token<Acc> x = w.token.load_token(rows, d, t);
         step_forward(s, x, st, a.out ? w.o.data() : nullptr);
-        if (a.out) store<In>(element_ptr(*a.out, 0, h, t, b), d.Sv, w.o.data());
+        if (a.out) store_elements(a.out->type, element_ptr(*a.out, 0, h, t, b), d.Sv, w.o.data());
         const int64_t slot = d.T - 1 - t;
-        if (a.states && slot < d.K) store_state<In>(*a.states, d, h, slot * d.B + b, st);
+        if (a.states && slot < d.K) store_state(*a.states, d, h, slot * d.B + b, st);
     }
 }
 
@@ -159,7 +148,7 @@ inline int64_t scratch_elements(const Dims &d, bool backward) {
     return total;
 }
 
-template <class In, class Acc>
+template <class Acc>
 struct BackwardScratch {
     int64_t seg = 1, segments = 1, units = 1;  // segments: capacity; a call of T tokens uses ceil(T / seg)
     std::vector<Acc> checkpoints;   // [units][segments][Sk*Sv]: state before each segment
@@ -167,7 +156,7 @@ struct BackwardScratch {
     std::vector<Acc> replay;        // [seg + 1][Sk*Sv]: S_{t0-1}, S_t0, ..., of one segment
     std::vector<Acc> dq, dk;        // [seg][Sk]: the group's dq, dk over one segment
     std::vector<Acc> d_out, d_state, dv, dg, e;
-    TokenBuffers<In, Acc> token;
+    TokenBuffers<Acc> token;
 
     void resize(const Dims &d, int64_t segment) {
         seg = segment;
@@ -192,8 +181,8 @@ struct BackwardScratch {
 };
 
 // The backward of every unit that reads key head kh of q/k sequence bq.
-template <class In, class Acc>
-void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, BackwardScratch<In, Acc> &w) {
+template <class Acc>
+void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, BackwardScratch<Acc> &w) {
     const Dims &d = a.dims;
     const Shape<Acc> s = shape_of<Acc>(d);
     const int64_t area = d.Sk * d.Sv;
@@ -209,7 +198,7 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, BackwardScrat
     for (int64_t u = 0; u < w.units; ++u) {
         const UnitRows r = unit_rows(u);
         Acc *st = w.replay.data();
-        if (a.s0) load_state<In>(*a.s0, d, r.h, r.b, st);
+        if (a.s0) load_state(*a.s0, d, r.h, r.b, st);
         else std::fill(st, st + area, Acc(0));
         for (int64_t t = 0; t < d.T; ++t) {
             if (t % w.seg == 0) std::copy(st, st + area, w.checkpoints.data() + (u * segments + t / w.seg) * area);
@@ -238,30 +227,30 @@ void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, BackwardScrat
                 Acc *dk = a.dk ? w.dk.data() + (t - t0) * d.Sk : nullptr;
                 const int64_t slot = d.T - 1 - t;
                 if (a.d_states && slot < d.K) {
-                    load_state<In>(*a.d_states, d, r.h, slot * d.B + r.b, w.d_state.data());
+                    load_state(*a.d_states, d, r.h, slot * d.B + r.b, w.d_state.data());
                     for (int64_t n = 0; n < area; ++n) dst[n] += w.d_state[n];
                 }
                 if (a.d_out) {
-                    load<In>(element_ptr(*a.d_out, 0, r.h, t, r.b), d.Sv, w.d_out.data());
+                    load_elements(a.d_out->type, element_ptr(*a.d_out, 0, r.h, t, r.b), d.Sv, w.d_out.data());
                     add_output_gradient(s, x.q, w.d_out.data(), states + (t - t0 + 1) * area, dst, dq);
                 }
                 Acc dbeta = 0;
                 step_backward(s, x, states + (t - t0) * area, dst,
                               TokenGrads<Acc>{dq, dk, w.dv.data(), w.dg.data(), &dbeta, w.e.data()});
-                if (a.dv) store<In>(element_ptr(*a.dv, 0, r.h, t, r.b), d.Sv, w.dv.data());
-                if (a.dg) store<In>(element_ptr(*a.dg, 0, r.h, t, r.b), d.gate_width, w.dg.data());
-                if (a.dbeta) store<In>(element_ptr(*a.dbeta, 0, r.h, t, r.b), 1, &dbeta);
+                if (a.dv) store_elements(a.dv->type, element_ptr(*a.dv, 0, r.h, t, r.b), d.Sv, w.dv.data());
+                if (a.dg) store_elements(a.dg->type, element_ptr(*a.dg, 0, r.h, t, r.b), d.gate_width, w.dg.data());
+                if (a.dbeta) store_elements(a.dbeta->type, element_ptr(*a.dbeta, 0, r.h, t, r.b), 1, &dbeta);
             }
         }
         for (int64_t t = t0; t < t1; ++t) {
-            if (a.dq) store<In>(element_ptr(*a.dq, 0, kh, t, bq), d.Sk, w.dq.data() + (t - t0) * d.Sk);
-            if (a.dk) store<In>(element_ptr(*a.dk, 0, kh, t, bq), d.Sk, w.dk.data() + (t - t0) * d.Sk);
+            if (a.dq) store_elements(a.dq->type, element_ptr(*a.dq, 0, kh, t, bq), d.Sk, w.dq.data() + (t - t0) * d.Sk);
+            if (a.dk) store_elements(a.dk->type, element_ptr(*a.dk, 0, kh, t, bq), d.Sk, w.dk.data() + (t - t0) * d.Sk);
         }
     }
     if (a.ds0)
         for (int64_t u = 0; u < w.units; ++u) {
             const UnitRows r = unit_rows(u);
-            store_state<In>(*a.ds0, d, r.h, r.b, w.carries.data() + u * area);
+            store_state(*a.ds0, d, r.h, r.b, w.carries.data() + u * area);
         }
 }
 

@@ -1,6 +1,9 @@
 // The ref backend: the per-token recurrence of SPEC section 2 accumulating in double, one unit
 // after another on the calling thread. It is the oracle the other backends are held against:
-// clear before fast. Packed sequences (cu_seqlens) are walked one after another.
+// clear before fast. Packed sequences (cu_seqlens) are walked one after another. It takes every
+// element type of SPEC 3.1: each element is converted to double as it is read and each result
+// rounded once to its tensor's type as it is written; it ignores gdn_problem.precision (the oracle
+// is always exact).
 #include <cinttypes>
 
 #include <deque>
@@ -20,8 +23,6 @@ public:
     static constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 40;
 
     Status supports(const Dims &d, bool backward) const override {
-        if (d.type != GDN_TYPE_F32 && d.type != GDN_TYPE_F64)
-            return fail(GDN_ERROR_TYPE, "the ref backend takes F32 and F64 tensors, not %s", type_name(d.type));
         // Refuse sizes whose workspace no machine has (or whose count overflows) before
         // allocating anything: the accumulators are doubles.
         const int64_t elements = token::scratch_elements(d, backward);
@@ -34,11 +35,11 @@ public:
     }
 
     Status forward(const ForwardArgs &a) override {
-        return a.dims.type == GDN_TYPE_F32 ? run_forward<float>(a) : run_forward<double>(a);
+        return run_forward(a);
     }
 
     Status backward(const BackwardArgs &a) override {
-        return a.dims.type == GDN_TYPE_F32 ? run_backward<float>(a) : run_backward<double>(a);
+        return run_backward(a);
     }
 
     uint64_t workspace_bytes() const override { return workspace_; }
@@ -46,11 +47,10 @@ public:
 
 private:
     // Packed sequences run one after another, each as its own call on views (core/sequences.h).
-    template <class In>
     Status run_forward(const ForwardArgs &packed) {
         std::deque<SequenceForward> storage;
         const std::vector<const ForwardArgs *> calls = split_sequences(packed, storage);
-        token::ForwardScratch<In, double> scratch;
+        token::ForwardScratch<double> scratch;
         scratch.resize(packed.dims);  // allocate before anything is written
         workspace_ = sizeof(double) * (scratch.state.size() + scratch.o.size());
         for (const ForwardArgs *a : calls)
@@ -59,12 +59,11 @@ private:
         return {};
     }
 
-    template <class In>
     Status run_backward(const BackwardArgs &packed) {
         std::deque<SequenceBackward> storage;
         const std::vector<const BackwardArgs *> calls = split_sequences(packed, storage);
         const Dims longest_call = longest(calls);
-        token::BackwardScratch<In, double> scratch;
+        token::BackwardScratch<double> scratch;
         scratch.resize(longest_call, token::default_segment(longest_call.T));  // fits every call's T
         workspace_ = scratch.bytes();
         for (const BackwardArgs *a : calls)

@@ -129,6 +129,14 @@ void set_type(gdn_tensor &t, gdn_type type, int64_t element_bytes) {
     t.nb[0] = element_bytes;
 }
 
+// Every tensor of the call BF16 or F16, but the states F32 and g BF16 (a valid call of SPEC 3.1; rows then
+// mutate one tensor into an invalid combination). The strides stay those of the F32 buffers.
+void as_half_call(Call &c, gdn_type half) {
+    for (gdn_tensor *t : c.all_tensors()) set_type(*t, half, 2);
+    for (gdn_tensor *t : {&c.problem.state, &c.states, &c.d_states, &c.grads.state}) set_type(*t, GDN_TYPE_F32, 4);
+    for (gdn_tensor *t : {&c.problem.g, &c.grads.g}) set_type(*t, GDN_TYPE_BF16, 2);
+}
+
 char *bytes(void *p) { return static_cast<char *>(p); }
 
 struct BadInput {
@@ -167,16 +175,51 @@ const std::vector<BadInput> &bad_inputs() {
         {"out_f64_among_f32", Op::Forward, [](Call &c) { set_type(c.out, GDN_TYPE_F64, 8); }, GDN_ERROR_TYPE, {"out.type = F64"}},
         {"d_out_f64_among_f32", Op::Backward, [](Call &c) { set_type(c.d_out, GDN_TYPE_F64, 8); }, GDN_ERROR_TYPE, {"d_out.type = F64"}},
         {"dq_f64_among_f32", Op::Backward, [](Call &c) { set_type(c.grads.q, GDN_TYPE_F64, 8); }, GDN_ERROR_TYPE, {"grads.q.type = F64"}},
-        {"f16_on_ref_forward", Op::Forward,
+        {"k_bf16_among_f32", Op::Forward, [](Call &c) { set_type(c.problem.k, GDN_TYPE_BF16, 2); }, GDN_ERROR_TYPE, {"k.type = BF16 but q.type = F32"}},
+        {"beta_bf16_with_f32_q", Op::Forward, [](Call &c) { set_type(c.problem.beta, GDN_TYPE_BF16, 2); }, GDN_ERROR_TYPE,
+         {"beta.type = BF16", "F32 or the type of q (F32)"}},
+        {"beta_f16_with_bf16_q", Op::Forward,
          [](Call &c) {
-             for (gdn_tensor *t : c.all_tensors()) set_type(*t, GDN_TYPE_F16, 2);
+             as_half_call(c, GDN_TYPE_BF16);
+             set_type(c.problem.beta, GDN_TYPE_F16, 2);
          },
-         GDN_ERROR_TYPE, {"ref", "F16"}},
-        {"bf16_on_ref_backward", Op::Backward,
+         GDN_ERROR_TYPE, {"beta.type = F16", "(BF16)"}},
+        {"g_f16_with_f16_q", Op::Backward,
          [](Call &c) {
-             for (gdn_tensor *t : c.all_tensors()) set_type(*t, GDN_TYPE_BF16, 2);
+             as_half_call(c, GDN_TYPE_F16);
+             set_type(c.problem.g, GDN_TYPE_F16, 2);
          },
-         GDN_ERROR_TYPE, {"ref", "BF16"}},
+         GDN_ERROR_TYPE, {"g.type = F16", "F32 or BF16"}},
+        {"state_bf16_with_bf16_q", Op::Forward,
+         [](Call &c) {
+             as_half_call(c, GDN_TYPE_BF16);
+             set_type(c.problem.state, GDN_TYPE_BF16, 2);
+         },
+         GDN_ERROR_TYPE, {"state.type = BF16", "F32"}},
+        {"d_states_f64_with_f16_q", Op::Backward,
+         [](Call &c) {
+             as_half_call(c, GDN_TYPE_F16);
+             set_type(c.d_states, GDN_TYPE_F64, 8);
+         },
+         GDN_ERROR_TYPE, {"d_states.type = F64"}},
+        {"out_f32_with_bf16_q", Op::Forward,
+         [](Call &c) {
+             as_half_call(c, GDN_TYPE_BF16);
+             set_type(c.out, GDN_TYPE_F32, 4);
+         },
+         GDN_ERROR_TYPE, {"out.type = F32 but q.type = BF16"}},
+        {"dbeta_not_beta_type", Op::Backward,
+         [](Call &c) {
+             as_half_call(c, GDN_TYPE_BF16);
+             set_type(c.problem.beta, GDN_TYPE_F32, 4);  // allowed: F32 beta with BF16 q, but then its gradient is F32 too
+         },
+         GDN_ERROR_TYPE, {"grads.beta.type = BF16 but beta.type = F32"}},
+        {"dg_not_g_type", Op::Backward, [](Call &c) { set_type(c.grads.g, GDN_TYPE_BF16, 2); }, GDN_ERROR_TYPE,
+         {"grads.g.type = BF16 but g.type = F32"}},
+        {"q_f64_among_f32", Op::Forward, [](Call &c) { set_type(c.problem.q, GDN_TYPE_F64, 8); }, GDN_ERROR_TYPE,
+         {"k.type = F32 but q.type = F64", "F64 throughout"}},
+        {"precision_not_enum", Op::Forward, [](Call &c) { c.problem.precision = static_cast<gdn_precision>(2); }, GDN_ERROR_INVALID_ARGUMENT,
+         {"precision = 2"}},
 
         // ---- counts and strides of one tensor -------------------------------------------
         {"q_ne0_zero", Op::Forward, [](Call &c) { c.problem.q.ne[0] = 0; }, GDN_ERROR_SHAPE, {"q.ne[0] = 0"}},

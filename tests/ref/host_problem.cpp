@@ -5,42 +5,34 @@
 #include <stdexcept>
 #include <string>
 
+#include "math/elements.h"
 #include "random.h"
 
 namespace gdn::reftest {
 
 namespace {
 
-size_t element_bytes(gdn_type type) { return type == GDN_TYPE_F64 ? 8 : 4; }
+size_t element_bytes(gdn_type type) {
+    return type == GDN_TYPE_F64 ? 8 : type == GDN_TYPE_BF16 || type == GDN_TYPE_F16 ? 2 : 4;
+}
 
 }  // namespace
 
+gdn_type state_type(gdn_type q_type) { return q_type == GDN_TYPE_F64 ? GDN_TYPE_F64 : GDN_TYPE_F32; }
+
 HostTensor::HostTensor(gdn_type type, Extents ne) : type_(type), ne_(ne) {
-    if (type != GDN_TYPE_F32 && type != GDN_TYPE_F64) throw std::logic_error("HostTensor holds F32 or F64");
+    if (type != GDN_TYPE_F32 && type != GDN_TYPE_F64 && type != GDN_TYPE_BF16 && type != GDN_TYPE_F16)
+        throw std::logic_error("HostTensor holds F32, F64, BF16 or F16");
     bytes_.assign(static_cast<size_t>(count()) * element_bytes(type), 0xFF);
 }
 
 double HostTensor::get(int64_t flat) const {
-    const uint8_t *p = bytes_.data() + flat * element_bytes(type_);
-    if (type_ == GDN_TYPE_F64) {
-        double x;
-        std::memcpy(&x, p, 8);
-        return x;
-    }
-    float x;
-    std::memcpy(&x, p, 4);
+    double x;
+    load_elements(type_, bytes_.data() + flat * element_bytes(type_), 1, &x);
     return x;
 }
 
-void HostTensor::set(int64_t flat, double x) {
-    uint8_t *p = bytes_.data() + flat * element_bytes(type_);
-    if (type_ == GDN_TYPE_F64) {
-        std::memcpy(p, &x, 8);
-    } else {
-        const float f = static_cast<float>(x);
-        std::memcpy(p, &f, 4);
-    }
-}
+void HostTensor::set(int64_t flat, double x) { store_elements(type_, bytes_.data() + flat * element_bytes(type_), 1, &x); }
 
 bool HostTensor::element_is_poison(int64_t flat) const {
     const size_t es = element_bytes(type_);
@@ -84,6 +76,13 @@ std::vector<int64_t> range(int64_t first, int64_t last) {
     return r;
 }
 
+HostTensor retyped(const HostTensor &in, gdn_type type) {
+    if (in.absent()) return {};
+    HostTensor out(type, in.ne());
+    for (int64_t i = 0; i < in.count(); ++i) out.set(i, in.get(i));
+    return out;
+}
+
 HostTensor sum(const HostTensor &a, const HostTensor &b) {
     if (a.ne() != b.ne() || a.type() != b.type()) throw std::logic_error("sum of different tensors");
     HostTensor out(a.type(), a.ne());
@@ -99,7 +98,7 @@ gdn_problem HostProblem::view() const {
     p.g = g.view();
     p.beta = beta.view();
     p.state = state.view();
-    p.state.type = q.type();
+    p.state.type = state_type(q.type());
     p.scale = scale;
     p.head_map = sizes.heads;
     return p;
@@ -149,7 +148,7 @@ HostProblem random_problem(const Sizes &s, gdn_type type, uint64_t seed, bool wi
     p.g = uniform(type, {s.kda ? s.Sk : 1, s.Hv, s.T, s.B}, rng, -0.3, -0.02);
     p.beta = uniform(type, {1, s.Hv, s.T, s.B}, rng, 0.0, 1.0);
     if (with_state) {
-        p.state = HostTensor(type, {s.Sk, s.Sv, s.Hv, s.B});
+        p.state = HostTensor(state_type(type), {s.Sk, s.Sv, s.Hv, s.B});
         for (int64_t n = 0; n < p.state.count(); ++n) p.state.set(n, 0.5 * rng.normal());
     }
     return p;
@@ -172,7 +171,7 @@ HostProblem token_range(const HostProblem &p, int64_t t0, int64_t t1, const Host
 
 ForwardResult forward(gdn_context *ctx, const HostProblem &p, int64_t K) {
     const Sizes &s = p.sizes;
-    ForwardResult r{HostTensor(p.q.type(), {s.Sv, s.Hv, s.T, s.B}), HostTensor(p.q.type(), {s.Sk, s.Sv, s.Hv, s.B * K})};
+    ForwardResult r{HostTensor(p.v.type(), {s.Sv, s.Hv, s.T, s.B}), HostTensor(state_type(p.q.type()), {s.Sk, s.Sv, s.Hv, s.B * K})};
     const gdn_problem problem = p.view();
     const gdn_tensor out = r.out.view(), states = r.states.view();
     if (gdn_forward(ctx, &problem, &out, &states) != GDN_OK)
@@ -181,10 +180,9 @@ ForwardResult forward(gdn_context *ctx, const HostProblem &p, int64_t K) {
 }
 
 Gradients backward(gdn_context *ctx, const HostProblem &p, const HostTensor &d_out, const HostTensor &d_states) {
-    const gdn_type type = p.q.type();
     const Sizes &s = p.sizes;
-    Gradients r{HostTensor(type, p.q.ne()), HostTensor(type, p.k.ne()),    HostTensor(type, p.v.ne()),
-                HostTensor(type, p.g.ne()), HostTensor(type, p.beta.ne()), HostTensor(type, {s.Sk, s.Sv, s.Hv, s.B})};
+    Gradients r{HostTensor(p.q.type(), p.q.ne()), HostTensor(p.k.type(), p.k.ne()),       HostTensor(p.v.type(), p.v.ne()),
+                HostTensor(p.g.type(), p.g.ne()), HostTensor(p.beta.type(), p.beta.ne()), HostTensor(state_type(p.q.type()), {s.Sk, s.Sv, s.Hv, s.B})};
     const gdn_problem problem = p.view();
     const gdn_tensor dout = d_out.view(), dstates = d_states.view();
     const gdn_grads grads{r.dq.view(), r.dk.view(), r.dv.view(), r.dg.view(), r.dbeta.view(), r.ds0.view()};

@@ -13,7 +13,11 @@ namespace gdn::reftest {
 
 using Extents = std::array<int64_t, 4>;
 
-// One contiguous F32 or F64 host tensor, every byte 0xFF (a NaN) until written.
+// The type of a call's states for q of type q_type (SPEC 3.1): F64 in an F64 call, else F32.
+gdn_type state_type(gdn_type q_type);
+
+// One contiguous F32, F64, BF16 or F16 host tensor, every byte 0xFF (a NaN) until written; set()
+// rounds a double once to the element type.
 class HostTensor {
 public:
     HostTensor() = default;  // absent: view() has data == NULL
@@ -48,6 +52,8 @@ HostTensor gather(const HostTensor &in, int dim, const std::vector<int64_t> &sou
 // Indices first, first + 1, ..., last - 1.
 std::vector<int64_t> range(int64_t first, int64_t last);
 HostTensor sum(const HostTensor &a, const HostTensor &b);
+// The same values in another element type, each rounded once (exact when it widens).
+HostTensor retyped(const HostTensor &in, gdn_type type);
 
 struct Sizes {
     int64_t Sk = 4, Sv = 4, Hk = 1, Hv = 1, T = 1, B = 1, Bq = 1;
