@@ -1,0 +1,145 @@
+// Run-time choice of the bf16 GEMM kernel (gemm_bf16.h) from CPUID, and the entry points.
+#include "cpu/gemm_bf16.h"
+
+#include <cstring>
+
+#include "cpu/gemm_bf16_pack.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace gdn::cpu {
+
+namespace bf16_generic {
+void gemm(const bf16_detail::Problem &pr, void *pack);
+}
+#if defined(GDN_BF16_AVX512)
+namespace bf16_avx512 {
+void gemm(const bf16_detail::Problem &pr, void *pack);
+}
+#endif
+#if defined(GDN_BF16_AMX)
+namespace bf16_amx {
+void gemm(const bf16_detail::Problem &pr, void *pack);
+}
+#endif
+
+namespace {
+
+using Kernel = void (*)(const bf16_detail::Problem &, void *);
+
+struct Choice {
+    Kernel kernel;
+    const char *name;
+};
+
+// Best first. "avx512bf16" leads: at the chunk shapes (k of 64 or 128) AMX's tile loads, stores
+// and configuration cost more than its faster products save (docs/PERF.md, "bf16 GEMM kernels").
+constexpr Choice kKernels[] = {
+#if defined(GDN_BF16_AVX512)
+    {bf16_avx512::gemm, "avx512bf16"},
+#endif
+#if defined(GDN_BF16_AMX)
+    {bf16_amx::gemm, "amx"},
+#endif
+    {bf16_generic::gemm, "generic"},
+};
+
+#if defined(__x86_64__)
+struct Cpuid {
+    bool avx512_bf16 = false, amx_bf16 = false;
+    Cpuid() {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+        const unsigned max_subleaf = a;
+        // Leaf 7.0: EDX bit 22 AMX-BF16, bit 24 AMX-TILE. Leaf 7.1: EAX bit 5 AVX512_BF16.
+        amx_bf16 = (d >> 22 & 1) && (d >> 24 & 1);
+        if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512_bf16 = a >> 5 & 1;
+        // __builtin_cpu_supports checks that the OS saves the AVX-512 state too.
+        __builtin_cpu_init();
+        const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl");
+        avx512_bf16 = avx512_bf16 && avx512;
+        amx_bf16 = amx_bf16 && avx512;
+    }
+};
+
+const Cpuid &cpuid() {
+    static const Cpuid c;
+    return c;
+}
+
+// Linux hands the AMX tile data state (XTILEDATA, feature 18) to a process only on request; the
+// request is made once, and AMX is used only where it was granted.
+bool amx_permitted() {
+    static const bool granted = [] {
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }();
+    return granted;
+}
+#endif
+
+bool host_has(const char *isa) {
+#if defined(__x86_64__)
+    if (std::strcmp(isa, "avx512bf16") == 0) return cpuid().avx512_bf16;
+    if (std::strcmp(isa, "amx") == 0) return cpuid().amx_bf16 && amx_permitted();
+#endif
+    return std::strcmp(isa, "generic") == 0;
+}
+
+Choice best() {
+    for (const Choice &c : kKernels)
+        if (host_has(c.name)) return c;
+    return kKernels[sizeof kKernels / sizeof kKernels[0] - 1];
+}
+
+Choice &current() {
+    static Choice c = best();
+    return c;
+}
+
+void run(int64_t m, int64_t n, int64_t k, float alpha, bf16_detail::Operand a, bf16_detail::Operand b,
+         float c_scale, float *c, int64_t ldc, void *pack, RowScales scales) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) return bf16_detail::scale_c_only(m, n, c_scale, c, ldc, scales.c_in);
+    current().kernel({m, n, k, alpha, a, b, c_scale, c, ldc, scales}, pack);
+}
+
+}  // namespace
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
+               void *pack, RowScales scales) {
+    run(m, n, k, alpha, bf16_detail::operand(a), bf16_detail::operand(b), c_scale, c, ldc, pack, scales);
+}
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, MatBf16 b, float c_scale, float *c,
+               int64_t ldc, void *pack, RowScales scales) {
+    run(m, n, k, alpha, bf16_detail::operand(a), bf16_detail::operand(b), c_scale, c, ldc, pack, scales);
+}
+
+int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k) { return bf16_detail::pack_bytes(m, k); }
+
+uint16_t to_bf16(float x) { return bf16_detail::round(x); }
+float from_bf16(uint16_t x) { return bf16_detail::widen(x); }
+void round_to_bf16(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_detail::round(src[i]);
+}
+
+const char *gemm_bf16_isa() { return current().name; }
+const char *gemm_bf16_best_isa() { return best().name; }
+bool gemm_bf16_native() { return std::strcmp(best().name, "generic") != 0; }
+
+bool gemm_bf16_force_isa(const char *isa) {
+    for (const Choice &c : kKernels)
+        if (isa != nullptr && std::strcmp(isa, c.name) == 0 && host_has(c.name)) {
+            current() = c;
+            return true;
+        }
+    return false;
+}
+
+}  // namespace gdn::cpu
