@@ -36,14 +36,16 @@ struct Choice {
     const char *name;
 };
 
-// Best first. "avx512bf16" leads: at the chunk shapes (k of 64 or 128) AMX's tile loads, stores
-// and configuration cost more than its faster products save (docs/PERF.md, "bf16 GEMM kernels").
+// Best first. AMX leads: at the chunk shapes it ran 2.5-4x gemm's F32 AVX-512 rate, while
+// vdpbf16ps issues at half the rate of F32 FMAs on the Xeons measured (its peak in flops is about
+// half of F32's), so "avx512bf16" is slower than gemm there; it is kept for hosts where the
+// instruction runs at full rate and for tests (docs/PERF.md, "bf16 GEMM kernels").
 constexpr Choice kKernels[] = {
-#if defined(GDN_BF16_AVX512)
-    {bf16_avx512::gemm, "avx512bf16"},
-#endif
 #if defined(GDN_BF16_AMX)
     {bf16_amx::gemm, "amx"},
+#endif
+#if defined(GDN_BF16_AVX512)
+    {bf16_avx512::gemm, "avx512bf16"},
 #endif
     {bf16_generic::gemm, "generic"},
 };

@@ -2,8 +2,9 @@
 // bf16 product mode: a caller swaps gemm for gemm_bf16 per product (same arguments but for the
 // scratch), keeping states, gate sums and the triangular solve in F32.
 //
-// Result definition. With bf16(x) the round-to-nearest-even of an F32 to bf16 (NaN stays a quiet
-// NaN, a finite value past the bf16 range becomes Inf):
+// Result definition. With bf16(x) the round-to-nearest-even of an F32 to bf16 as vcvtne2ps2bf16
+// rounds (NaN stays a quiet NaN, a denormal becomes a zero of its sign, a finite value past the
+// bf16 range becomes Inf):
 //   a'(i, kk) = bf16(A(i, kk)),  b'(kk, j) = bf16(b_rows[kk] * B(kk, j))   (the F32 product rounded)
 //   s(i, j)   = the F32 sum over kk of a'(i, kk) b'(kk, j), in the kernel's order (below)
 //   C(i, j)   = c_scale == 0 ? r(alpha_i s)  :  fma(c_scale_i, C(i, j), r(alpha_i s))
@@ -62,7 +63,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, MatBf16 
 // tile buffer of the AMX kernel); the same for every kernel.
 int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k);
 
-// bf16 of an F32, round to nearest even (NaN stays NaN, quiet); and back (exact).
+// bf16 of an F32 as bf16() above (nearest even, denormals to zero, NaN quiet); and back (exact).
 uint16_t to_bf16(float x);
 float from_bf16(uint16_t x);
 // dst[i] = to_bf16(src[i]) for n values, for callers that keep operands in bf16.
@@ -70,10 +71,11 @@ void round_to_bf16(const float *src, uint16_t *dst, int64_t n);
 
 // The kernel in use: "amx", "avx512bf16" or "generic".
 const char *gemm_bf16_isa();
-// The kernel chosen at start-up: the fastest this host has at the chunk shapes.
+// The kernel chosen at start-up: "amx" where the host has AMX-BF16 (and Linux grants its tile
+// state), else "avx512bf16" where it has AVX512_BF16, else "generic".
 const char *gemm_bf16_best_isa();
-// Whether this host runs the bf16 products natively ("amx" or "avx512bf16"): a bf16 product mode
-// without it would be slower than F32.
+// Whether this host runs the bf16 products natively ("amx" or "avx512bf16"). Only "amx" was
+// measured faster than gemm (docs/PERF.md): a bf16 product mode should check gemm_bf16_isa().
 bool gemm_bf16_native();
 // Forces a kernel (a name gemm_bf16_isa() can return) for benchmarks and tests; false when this
 // build or the host lacks it. Not thread-safe against running calls.

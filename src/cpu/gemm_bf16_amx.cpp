@@ -8,7 +8,7 @@
 // exist. The sums run over k in blocks of 32 in order (the zero padding adds +0 terms).
 #include <immintrin.h>
 
-#include "cpu/gemm_bf16_pack.h"
+#include "cpu/gemm_bf16_pack_avx512.h"
 
 namespace gdn::cpu::bf16_amx {
 
@@ -65,14 +65,14 @@ void block(int64_t k_blocks, const uint16_t *a, int64_t lda, const uint16_t *pan
 void gemm(const Problem &pr, void *pack) {
     const Scratch s = scratch(pack, pr.m, pr.k);
     const int64_t lda = round_up(pr.k, kKPad), rows = round_up(pr.m, kRowPad), k_blocks = lda / kKPad;
-    pack_a(pr.m, pr.k, pr.a, rows, lda, s.a);
+    pack_a_fast(pr.m, pr.k, pr.a, rows, lda, s.a);
     static const TileConfig config;
     _tile_loadconfig(&config);
     const RowScales &sc = pr.scales;
     const bool read_c = pr.c_scale != 0.0f;
     for (int64_t j0 = 0; j0 < pr.n; j0 += NR) {
         const int cols = static_cast<int>(pr.n - j0 < NR ? pr.n - j0 : NR);
-        pack_b_panel<NR>(pr.k, lda, pr.b, j0, cols, sc.b_rows, s.panel);
+        pack_b_panel_fast<NR>(pr.k, lda, pr.b, j0, cols, sc.b_rows, s.panel);
         for (int64_t i0 = 0; i0 < rows; i0 += 32) {
             if (rows - i0 >= 32) block<true>(k_blocks, s.a + i0 * lda, lda, s.panel, s.tiles);
             else block<false>(k_blocks, s.a + i0 * lda, lda, s.panel, s.tiles);

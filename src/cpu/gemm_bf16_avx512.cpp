@@ -8,7 +8,7 @@
 // each sum is its pairs in order p = 0, 1, ... whichever tile computes it.
 #include <immintrin.h>
 
-#include "cpu/gemm_bf16_pack.h"
+#include "cpu/gemm_bf16_pack_avx512.h"
 
 namespace gdn::cpu::bf16_avx512 {
 
@@ -74,7 +74,7 @@ void gemm_tiles(const Problem &pr, const Scratch &s, int64_t lda) {
     const int64_t pairs = (pr.k + 1) / 2;
     for (int64_t j0 = 0; j0 < pr.n; j0 += NR) {
         const int cols = static_cast<int>(pr.n - j0 < NR ? pr.n - j0 : NR);
-        pack_b_panel<NR>(pr.k, 2 * pairs, pr.b, j0, cols, pr.scales.b_rows, s.panel);
+        pack_b_panel_fast<NR>(pr.k, 2 * pairs, pr.b, j0, cols, pr.scales.b_rows, s.panel);
         for (int64_t i0 = 0, rows = 0; i0 < pr.m; i0 += rows) {
             rows = tile_rows<MR, NV>(pr.m - i0);
             micro_rows<NV, MR>(static_cast<int>(rows), pairs, s.a + i0 * lda, lda, s.panel, pr, i0, j0, cols);
@@ -89,7 +89,7 @@ void gemm(const Problem &pr, void *pack) {
     // Rows of A padded to an even length (the last pair's second value zero); padding to the
     // common layout's 32 would only add zero pairs this kernel skips.
     const int64_t lda = round_up(pr.k, 2);
-    pack_a(pr.m, pr.k, pr.a, pr.m, lda, s.a);
+    pack_a_fast(pr.m, pr.k, pr.a, pr.m, lda, s.a);
     if (pr.n <= 32) return gemm_tiles<12, 2>(pr, s, lda);
     gemm_tiles<6, 4>(pr, s, lda);
 }

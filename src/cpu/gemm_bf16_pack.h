@@ -23,10 +23,12 @@
 namespace gdn::cpu::bf16_detail {
 
 inline uint16_t round_bits(uint32_t u) {
-    // A NaN keeps its sign and top payload bits and is made quiet (its rounded payload could
-    // otherwise carry into the exponent and read as Inf); anything else rounds to nearest even
-    // (past the largest bf16 that gives Inf).
+    // As vcvtne2ps2bf16 does, bit for bit: a NaN keeps its sign and top payload bits and is made
+    // quiet (its rounded payload could otherwise carry into the exponent and read as Inf); a
+    // denormal becomes a zero of its sign; anything else rounds to nearest even (past the largest
+    // bf16: Inf).
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+    if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);
     return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 inline uint16_t round(float x) {

@@ -332,6 +332,11 @@ TEST(CpuGemmBf16, RoundsToNearestEven) {
     EXPECT_EQ(to_bf16(-0.0f), 0x8000);
     EXPECT_EQ(to_bf16(INFINITY), 0x7f80);
     EXPECT_EQ(to_bf16(-3.4e38f), 0xff80);  // past the largest bf16: Inf
+    // Denormals become zeros of their sign, as vcvtne2ps2bf16 makes them (the vector kernels
+    // convert with it), even one that would round up to the smallest normal bf16.
+    EXPECT_EQ(to_bf16(std::ldexp(1.0f, -130)), 0x0000);
+    EXPECT_EQ(to_bf16(-std::nextafter(std::ldexp(1.0f, -126), 0.0f)), 0x8000);
+    EXPECT_EQ(to_bf16(std::ldexp(1.0f, -126)), 0x0080);
     EXPECT_TRUE(std::isnan(gdn::cpu::from_bf16(to_bf16(NAN))));
     uint32_t signalling_bits = 0x7f800001u;  // payload only in the low bits: rounding would read as Inf
     float signalling;
