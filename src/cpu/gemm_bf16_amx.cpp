@@ -64,18 +64,22 @@ void block(int64_t k_blocks, const uint16_t *a, int64_t lda, const uint16_t *pan
 
 void gemm(const Problem &pr, void *pack) {
     const Scratch s = scratch(pack, pr.m, pr.k);
-    const int64_t lda = round_up(pr.k, kKPad), rows = round_up(pr.m, kRowPad), k_blocks = lda / kKPad;
-    pack_a_fast(pr.m, pr.k, pr.a, rows, lda, s.a);
+    const int64_t k_pad = round_up(pr.k, kKPad), rows = round_up(pr.m, kRowPad), k_blocks = k_pad / kKPad;
+    // A stored as bf16 rows that fill whole tiles is read in place; else packed.
+    const bool a_in_place = pr.a.is_bf16 && pr.a.cs == 1 && pr.k == k_pad && pr.m == rows;
+    const int64_t lda = a_in_place ? pr.a.rs : k_pad;
+    const uint16_t *a = a_in_place ? static_cast<const uint16_t *>(pr.a.p) : s.a;
+    if (!a_in_place) pack_a_fast(pr.m, pr.k, pr.a, rows, lda, s.a);
     static const TileConfig config;
     _tile_loadconfig(&config);
     const RowScales &sc = pr.scales;
     const bool read_c = pr.c_scale != 0.0f;
     for (int64_t j0 = 0; j0 < pr.n; j0 += NR) {
         const int cols = static_cast<int>(pr.n - j0 < NR ? pr.n - j0 : NR);
-        pack_b_panel_fast<NR>(pr.k, lda, pr.b, j0, cols, sc.b_rows, s.panel);
+        pack_b_panel_fast<NR>(pr.k, k_pad, pr.b, j0, cols, sc.b_rows, s.panel);
         for (int64_t i0 = 0; i0 < rows; i0 += 32) {
-            if (rows - i0 >= 32) block<true>(k_blocks, s.a + i0 * lda, lda, s.panel, s.tiles);
-            else block<false>(k_blocks, s.a + i0 * lda, lda, s.panel, s.tiles);
+            if (rows - i0 >= 32) block<true>(k_blocks, a + i0 * lda, lda, s.panel, s.tiles);
+            else block<false>(k_blocks, a + i0 * lda, lda, s.panel, s.tiles);
             const int64_t i_end = pr.m < i0 + 32 ? pr.m : i0 + 32;
             for (int64_t i = i0; i < i_end; ++i) {
                 const float row_alpha = sc.c_rows ? pr.alpha * sc.c_rows[i] : pr.alpha;

@@ -69,15 +69,15 @@ int64_t tile_rows(int64_t left) {
 }
 
 template <int MR, int NV>
-void gemm_tiles(const Problem &pr, const Scratch &s, int64_t lda) {
+void gemm_tiles(const Problem &pr, const uint16_t *a, int64_t lda, uint16_t *panel) {
     constexpr int NR = NV * 16;
     const int64_t pairs = (pr.k + 1) / 2;
     for (int64_t j0 = 0; j0 < pr.n; j0 += NR) {
         const int cols = static_cast<int>(pr.n - j0 < NR ? pr.n - j0 : NR);
-        pack_b_panel_fast<NR>(pr.k, 2 * pairs, pr.b, j0, cols, pr.scales.b_rows, s.panel);
+        pack_b_panel_fast<NR>(pr.k, 2 * pairs, pr.b, j0, cols, pr.scales.b_rows, panel);
         for (int64_t i0 = 0, rows = 0; i0 < pr.m; i0 += rows) {
             rows = tile_rows<MR, NV>(pr.m - i0);
-            micro_rows<NV, MR>(static_cast<int>(rows), pairs, s.a + i0 * lda, lda, s.panel, pr, i0, j0, cols);
+            micro_rows<NV, MR>(static_cast<int>(rows), pairs, a + i0 * lda, lda, panel, pr, i0, j0, cols);
         }
     }
 }
@@ -86,12 +86,15 @@ void gemm_tiles(const Problem &pr, const Scratch &s, int64_t lda) {
 
 void gemm(const Problem &pr, void *pack) {
     const Scratch s = scratch(pack, pr.m, pr.k);
-    // Rows of A padded to an even length (the last pair's second value zero); padding to the
-    // common layout's 32 would only add zero pairs this kernel skips.
-    const int64_t lda = round_up(pr.k, 2);
-    pack_a_fast(pr.m, pr.k, pr.a, pr.m, lda, s.a);
-    if (pr.n <= 32) return gemm_tiles<12, 2>(pr, s, lda);
-    gemm_tiles<6, 4>(pr, s, lda);
+    // A stored as bf16 rows of whole pairs is read in place. Else it is packed to rows of an even
+    // length (the last pair's second value zero); padding to the common layout's 32 would only add
+    // zero pairs this kernel skips.
+    const bool a_in_place = pr.a.is_bf16 && pr.a.cs == 1 && pr.k % 2 == 0;
+    const int64_t lda = a_in_place ? pr.a.rs : round_up(pr.k, 2);
+    const uint16_t *a = a_in_place ? static_cast<const uint16_t *>(pr.a.p) : s.a;
+    if (!a_in_place) pack_a_fast(pr.m, pr.k, pr.a, pr.m, lda, s.a);
+    if (pr.n <= 32) return gemm_tiles<12, 2>(pr, a, lda, s.panel);
+    gemm_tiles<6, 4>(pr, a, lda, s.panel);
 }
 
 }  // namespace gdn::cpu::bf16_avx512
