@@ -47,6 +47,7 @@ inline __m512i load32(const T *p, int64_t count) {
     if constexpr (sizeof(T) == 2) {
         return _mm512_maskz_loadu_epi16(first32(count), p);
     } else {
+        if (count >= 32) return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p));
         return (__m512i)_mm512_cvtne2ps_pbh(load16_f32(p + 16, count - 16), load16_f32(p, count));
     }
 }
@@ -56,6 +57,32 @@ inline __m512i interleave(__m256i lo, __m256i hi) {
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+}
+
+// Rows r0, r1 (r1 nullptr: a zero row) of 16 values each (count of them, zero past it), times f0 and
+// f1 when scaled, as 16 interleaved bf16 pairs: r0[0], r1[0], r0[1], r1[1], ... F32 rows take one
+// vcvtne2ps2bf16 for both.
+template <class T>
+inline __m512i pair_rows(const T *r0, const T *r1, int64_t count, bool scaled, float f0, float f1) {
+    if constexpr (sizeof(T) == 4) {
+        __m512 lo, hi;
+        if (count >= 16) {
+            lo = _mm512_loadu_ps(r0);
+            hi = r1 ? _mm512_loadu_ps(r1) : _mm512_setzero_ps();
+        } else {
+            lo = load16_f32(r0, count);
+            hi = r1 ? load16_f32(r1, count) : _mm512_setzero_ps();
+        }
+        if (scaled) {
+            lo = _mm512_mul_ps(_mm512_set1_ps(f0), lo);
+            hi = _mm512_mul_ps(_mm512_set1_ps(f1), hi);
+        }
+        const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    } else {
+        return interleave(load16(r0, count, scaled, f0), r1 ? load16(r1, count, scaled, f1) : _mm256_setzero_si256());
+    }
 }
 
 // r[i] lane j (32 bits) becomes r[j] lane i.
@@ -87,11 +114,15 @@ inline void transpose16x16(__m512i r[16]) {
 template <class T>
 void pack_a_vector(int64_t m, int64_t k, const T *p, int64_t rs, int64_t cs, int64_t rows, int64_t ld, uint16_t *dst) {
     if (cs == 1) {
-        for (int64_t i = 0; i < rows; ++i)
-            for (int64_t kk = 0; kk < ld; kk += 32) {
+        for (int64_t i = 0; i < rows; ++i) {
+            int64_t kk = 0;
+            if (i < m)
+                for (; kk + 32 <= k; kk += 32) _mm512_storeu_si512(dst + i * ld + kk, load32(p + i * rs + kk, 32));
+            for (; kk < ld; kk += 32) {
                 const __m512i x = i < m ? load32(p + i * rs + kk, k - kk) : _mm512_setzero_si512();
                 _mm512_mask_storeu_epi16(dst + i * ld + kk, first32(ld - kk), x);
             }
+        }
         return;
     }
     // Column-contiguous (A^T stored, rs == 1): blocks of 16 rows x 32 values. Rows kk, kk + 1 of
@@ -102,9 +133,9 @@ void pack_a_vector(int64_t m, int64_t k, const T *p, int64_t rs, int64_t cs, int
             __m512i r[16];
             for (int q = 0; q < 16; ++q) {
                 const int64_t kk = k0 + 2 * q;
-                const __m256i lo = kk < k ? load16(p + kk * cs + i0, m - i0, false, 1.0f) : _mm256_setzero_si256();
-                const __m256i hi = kk + 1 < k ? load16(p + (kk + 1) * cs + i0, m - i0, false, 1.0f) : _mm256_setzero_si256();
-                r[q] = interleave(lo, hi);
+                r[q] = kk < k ? pair_rows(p + kk * cs + i0, kk + 1 < k ? p + (kk + 1) * cs + i0 : nullptr, m - i0,
+                                          false, 1.0f, 1.0f)
+                              : _mm512_setzero_si512();
             }
             transpose16x16(r);
             const __mmask32 mask = first32(ld - k0);
@@ -128,15 +159,15 @@ void pack_b_vector(int64_t k, int64_t k_pad, const T *p, int64_t rs, int64_t cs,
         // Rows kk, kk + 1 interleaved, 16 columns at a time.
         for (int64_t q = 0; q < pairs; ++q) {
             const int64_t kk = 2 * q;
-            for (int j = 0; j < NR; j += 16) {
-                const int64_t count = cols - j;
-                const __m256i lo = kk < k ? load16(p + kk * rs + j0 + j, count, scaled, scaled ? b_rows[kk] : 1.0f)
-                                          : _mm256_setzero_si256();
-                const __m256i hi = kk + 1 < k ? load16(p + (kk + 1) * rs + j0 + j, count, scaled,
-                                                       scaled ? b_rows[kk + 1] : 1.0f)
-                                              : _mm256_setzero_si256();
-                _mm512_storeu_si512(panel + (q * NR + j) * 2, interleave(lo, hi));
+            if (kk >= k) {
+                for (int j = 0; j < NR; j += 16) _mm512_storeu_si512(panel + (q * NR + j) * 2, _mm512_setzero_si512());
+                continue;
             }
+            const T *r0 = p + kk * rs + j0, *r1 = kk + 1 < k ? r0 + rs : nullptr;
+            const float f0 = scaled ? b_rows[kk] : 1.0f, f1 = scaled && r1 ? b_rows[kk + 1] : 1.0f;
+            for (int j = 0; j < NR; j += 16)
+                _mm512_storeu_si512(panel + (q * NR + j) * 2,
+                                    pair_rows(r0 + j, r1 ? r1 + j : nullptr, cols - j, scaled, f0, f1));
         }
         return;
     }
