@@ -224,6 +224,41 @@ TEST(CpuGemmBf16, AmxRunsTheChunkShapes) {
     }
 }
 
+// Near the bottom of the F32 range vdpbf16ps reads denormal operands as zero and flushes denormal
+// sums to zero; the portable kernel models that, so the two agree bit for bit on operands whose
+// products and sums cross into the denormals (F32 denormal operands round to zero either way).
+TEST(CpuGemmBf16, GenericAndAvx512Bf16AgreeOnDenormals) {
+    {
+        ForcedIsa probe("avx512bf16");
+        if (!probe.ok) GTEST_SKIP() << "avx512bf16 is not available on this host or build";
+    }
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> mantissa(1, 2);
+    std::uniform_int_distribution<int> jitter(0, 3), sign(0, 1);
+    const int m = 19, n = 37, k = 45;
+    std::vector<float> a(m * k), b(k * n), c0(m * n, 0.0f);
+    // Products near 2^(-118 - 2i) in row i: the first rows' sums normal, the last ones' denormal.
+    for (int i = 0; i < m; ++i)
+        for (int kk = 0; kk < k; ++kk)
+            a[i * k + kk] = (sign(rng) ? -1 : 1) * std::ldexp(mantissa(rng), -50 - 2 * i - jitter(rng));
+    for (float &x : b) x = (sign(rng) ? -1 : 1) * std::ldexp(mantissa(rng), -68 - jitter(rng));
+    a[3] = std::ldexp(1.0f, -127);  // a denormal operand
+    std::vector<unsigned char> pack(gdn::cpu::gemm_bf16_pack_bytes(m, k));
+    std::vector<std::vector<float>> results;
+    int nonzero = 0;
+    for (const char *isa : {"generic", "avx512bf16"}) {
+        ForcedIsa forced(isa);
+        std::vector<float> c = c0;
+        gdn::cpu::gemm_bf16(m, n, k, 1.0f, gdn::cpu::rows(a.data(), k), gdn::cpu::rows(b.data(), n), 0.0f, c.data(), n,
+                            pack.data());
+        for (float x : c) nonzero += x != 0.0f;
+        results.push_back(c);
+    }
+    EXPECT_GT(nonzero, 0);  // some sums stay normal, others flush: the data does cross the boundary
+    EXPECT_LT(nonzero, 2 * m * n);
+    ASSERT_EQ(0, std::memcmp(results[0].data(), results[1].data(), sizeof(float) * m * n));
+}
+
 // Each element is one sum in a fixed order whoever computes it: the product equals, bit for bit,
 // the same product taken three rows or 17 columns at a time, with the scratch at any alignment.
 TEST(CpuGemmBf16, SameBitsHoweverCutOrAligned) {
