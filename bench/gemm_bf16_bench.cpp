@@ -7,7 +7,8 @@
 // --benchmark_enable_random_interleaving they alternate in one run. And the host's peaks:
 //   peak/fma_f32, peak/vdpbf16ps, peak/tdpbf16ps (AMX): independent products in registers.
 // Shapes: NN 64x128x128 (V - Kg S), NN 128x64x128, TN 128x128x64 (Kl^T Dm), NT 64x64x128 (Q K^T),
-// NN/NT 128x128x128 ([dO; Y] S and [dO; Y] S^T).
+// NN/NT 128x128x128 ([Qg; Kg] S0, [dO; Y] S and [dO; Y] S^T); TN 128x128x32 and NT 64x32x128 for
+// 32-token chunks.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -100,7 +101,10 @@ int main(int argc, char **argv) {
                                {"TN_128x128x64", 128, 128, 64, true, false},
                                {"NT_64x64x128", 64, 64, 128, false, true},
                                {"NN_128x128x128", 128, 128, 128, false, false},
-                               {"NT_128x128x128", 128, 128, 128, false, true}};
+                               {"NT_128x128x128", 128, 128, 128, false, true},
+                               // 32-token chunks (the F32 forward's length): the update and the grams.
+                               {"TN_128x128x32", 128, 128, 32, true, false},
+                               {"NT_64x32x128", 64, 32, 128, false, true}};
     for (const ShapeArg &s : shapes) {
         benchmark::RegisterBenchmark((std::string("f32/avx512/") + s.name).c_str(), bm_f32, "avx512", s.m, s.n, s.k,
                                      s.at, s.bt);
