@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu/gemm_bf16.h"
@@ -290,6 +291,27 @@ TEST(CpuGemmBf16, SameBitsHoweverCutOrAligned) {
             ASSERT_EQ(0, std::memcmp(by_rows.data(), whole.data(), sizeof(float) * whole.size())) << isa;
             ASSERT_EQ(0, std::memcmp(by_cols.data(), whole.data(), sizeof(float) * whole.size())) << isa;
         }
+    }
+}
+
+// Calls on several threads at once (each with its own scratch; AMX: each thread's own tile state)
+// give the bits of a call alone.
+TEST(CpuGemmBf16, ConcurrentCallsGiveTheSameBits) {
+    std::mt19937 rng(14);
+    for (const char *isa : kIsas) {
+        ForcedIsa forced(isa);
+        if (!forced.ok) continue;
+        const Case cs{64, 128, 128, false, true};
+        const Data d = make(cs, rng);
+        const std::vector<float> alone = run(cs, d);
+        std::vector<std::vector<float>> results(4);
+        std::vector<std::thread> threads;
+        for (auto &r : results)
+            threads.emplace_back([&] {
+                for (int repeat = 0; repeat < 20; ++repeat) r = run(cs, d);
+            });
+        for (auto &t : threads) t.join();
+        for (const auto &r : results) ASSERT_EQ(0, std::memcmp(r.data(), alone.data(), sizeof(float) * r.size())) << isa;
     }
 }
 
