@@ -19,6 +19,7 @@ void gemm(const bf16_detail::Problem &pr, void *pack);
 #if defined(GDN_BF16_AVX512)
 namespace bf16_avx512 {
 void gemm(const bf16_detail::Problem &pr, void *pack);
+void round_to_bf16(const float *src, uint16_t *dst, int64_t n);
 }
 #endif
 #if defined(GDN_BF16_AMX)
@@ -128,6 +129,11 @@ int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k) { return bf16_detail::pack_by
 uint16_t to_bf16(float x) { return bf16_detail::round(x); }
 float from_bf16(uint16_t x) { return bf16_detail::widen(x); }
 void round_to_bf16(const float *src, uint16_t *dst, int64_t n) {
+#if defined(GDN_BF16_AVX512)
+    // The instruction's bits are round()'s, so whichever kernel is in use, a host with it takes it.
+    static const bool vector = host_has("avx512bf16");
+    if (vector) return bf16_avx512::round_to_bf16(src, dst, n);
+#endif
     for (int64_t i = 0; i < n; ++i) dst[i] = bf16_detail::round(src[i]);
 }
 

@@ -66,7 +66,8 @@ int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k);
 // bf16 of an F32 as bf16() above (nearest even, denormals to zero, NaN quiet); and back (exact).
 uint16_t to_bf16(float x);
 float from_bf16(uint16_t x);
-// dst[i] = to_bf16(src[i]) for n values, for callers that keep operands in bf16.
+// dst[i] = to_bf16(src[i]) for n values, for callers that keep operands in bf16 (vcvtne2ps2bf16
+// where the host has it: the same bits).
 void round_to_bf16(const float *src, uint16_t *dst, int64_t n);
 
 // The kernel in use: "amx", "avx512bf16" or "generic".

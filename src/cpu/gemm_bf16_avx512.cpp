@@ -97,4 +97,11 @@ void gemm(const Problem &pr, void *pack) {
     gemm_tiles<6, 4>(pr, a, lda, s.panel);
 }
 
+// round_to_bf16 of gemm_bf16.h, 32 values a vcvtne2ps2bf16 (the bits of bf16_detail::round).
+void round_to_bf16(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) _mm512_storeu_si512(dst + i, load32(src + i, 32));
+    if (i < n) _mm512_mask_storeu_epi16(dst + i, first32(n - i), load32(src + i, n - i));
+}
+
 }  // namespace gdn::cpu::bf16_avx512

@@ -402,6 +402,30 @@ TEST(CpuGemmBf16, RoundsToNearestEven) {
     EXPECT_EQ(gdn::cpu::from_bf16(0x4049), 3.140625f);
 }
 
+// round_to_bf16 (vectorised where the host has AVX512_BF16) gives to_bf16's bits on every kind of
+// value: normals, ties, denormals, zeros, Inf, quiet and signalling NaNs; at lengths with a tail.
+TEST(CpuGemmBf16, RoundingManyGivesToBf16sBits) {
+    std::mt19937 rng(15);
+    for (int64_t n : {1, 31, 32, 33, 1000}) {
+        std::vector<uint32_t> bits(n);
+        for (uint32_t &u : bits) {
+            u = rng();
+            switch (rng() % 5) {
+                case 0: u &= 0x807fffffu; break;               // denormal or zero
+                case 1: u |= 0x7f800000u; break;               // Inf or NaN
+                case 2: u = (u & 0xffff0000u) | 0x8000u; break;  // a tie
+                default: break;
+            }
+        }
+        std::vector<float> src(n);
+        std::memcpy(src.data(), bits.data(), sizeof(float) * n);
+        std::vector<uint16_t> dst(n + 1, 0xabcd);
+        gdn::cpu::round_to_bf16(src.data(), dst.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dst[i], gdn::cpu::to_bf16(src[i])) << std::hex << bits[i];
+        EXPECT_EQ(dst[n], 0xabcd);  // nothing past the end
+    }
+}
+
 TEST(CpuGemmBf16, ChoosesANativeKernelWhereTheHostHasOne) {
     const std::string best = gdn::cpu::gemm_bf16_best_isa();
     EXPECT_EQ(best, gdn::cpu::gemm_bf16_isa());
