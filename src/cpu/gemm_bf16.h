@@ -20,12 +20,13 @@
 //       ignores MXCSR). A bf16 denormal operand therefore contributes nothing.
 //   "amx" (tdpbf16ps on 16 x 32 bf16 tiles): k in blocks of 32 in order (zero-padded), each block
 //       added into the F32 sums by the hardware in an order of its own: Intel documents the pairs
-//       in sequence with DAZ / FTZ and nearest even, but Sapphire Rapids-class hardware matches
-//       neither that nor any simple model (pairwise, tree, exact blocks, other roundings) in a
-//       few percent of sums at k = 8 and more at larger k. Its results are fixed (the same bits
-//       every call, however the product is cut) and within the bound below.
+//       in sequence (even term first) with DAZ / FTZ and nearest even, but Sapphire Rapids-class
+//       hardware differs from that, and from the other simple orders tried (odd first, pairwise,
+//       trees, exact blocks, other rounding modes), in about 1% of the sums at k = 8 and a
+//       quarter at k = 64. Its results are fixed (the same bits every call, however the product
+//       is cut) and within the bound below.
 //   "generic": plain C++ that computes the "avx512bf16" definition exactly (std::fma), for hosts
-//       without the instruction and as the tests' bit-exact model of both kernels.
+//       without the instruction and as the tests' bit-exact model of that kernel.
 // Each kernel gives the same bits on every call and at any thread count; "avx512bf16" and "amx"
 // may differ from each other in the last bits of a sum (and from gemm by the operand rounding).
 // The error against the exact product of the rounded operands is within about
@@ -72,8 +73,9 @@ void round_to_bf16(const float *src, uint16_t *dst, int64_t n);
 
 // The kernel in use: "amx", "avx512bf16" or "generic".
 const char *gemm_bf16_isa();
-// The kernel chosen at start-up: "amx" where the host has AMX-BF16 (and Linux grants its tile
-// state), else "avx512bf16" where it has AVX512_BF16, else "generic".
+// The kernel chosen at start-up: "amx" where the host has AMX-BF16 and Linux grants the process
+// its tile state (requested once; refused e.g. where a thread's signal stack is too small for
+// it), else "avx512bf16" where the host has AVX512_BF16, else "generic".
 const char *gemm_bf16_best_isa();
 // Whether this host runs the bf16 products natively ("amx" or "avx512bf16"). Only "amx" was
 // measured faster than gemm (docs/PERF.md): a bf16 product mode should check gemm_bf16_isa().

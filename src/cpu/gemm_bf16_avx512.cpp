@@ -3,9 +3,10 @@
 // packed with pairs of rows interleaved (gemm_bf16_pack.h) and A is broadcast a pair (32 bits) at
 // a time. Micro-tiles of MR rows x NV vectors (16 columns each) keep MR * NV sums in registers:
 // 6 x 4 (24 sums of the 32 registers) for products with more than 32 columns, 12 x 2 for narrower
-// ones. vdpbf16ps has a latency of several cycles and issues on two ports, so a tile needs at
-// least about 10 independent sums to keep both busy; 24 leave room. The tiling changes no bits:
-// each sum is its pairs in order p = 0, 1, ... whichever tile computes it.
+// ones. A host that issues vdpbf16ps on two ports needs about 10 independent sums to keep both
+// busy; 24 leave room. (The Sapphire Rapids-class Xeon measured issues it once every two cycles:
+// half the F32 FMA rate in FLOP/s, so there this kernel is slower than gemm; docs/PERF.md.) The
+// tiling changes no bits: each sum is its pairs in order p = 0, 1, ... whichever tile computes it.
 #include <immintrin.h>
 
 #include "cpu/gemm_bf16_pack_avx512.h"
