@@ -126,15 +126,19 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, MatBf16 
 
 int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k) { return bf16_detail::pack_bytes(m, k); }
 
-uint16_t to_bf16(float x) { return bf16_detail::round(x); }
+uint16_t to_bf16(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return bf16_detail::round_nearest_even_bits(u);
+}
 float from_bf16(uint16_t x) { return bf16_detail::widen(x); }
 void round_to_bf16(const float *src, uint16_t *dst, int64_t n) {
 #if defined(GDN_BF16_AVX512)
-    // The instruction's bits are round()'s, so whichever kernel is in use, a host with it takes it.
+    // The same bits as to_bf16, so whichever kernel is in use, a host with AVX-512 takes it.
     static const bool vector = host_has("avx512bf16");
     if (vector) return bf16_avx512::round_to_bf16(src, dst, n);
 #endif
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_detail::round(src[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
 }
 
 const char *gemm_bf16_isa() { return current().name; }

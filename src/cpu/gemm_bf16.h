@@ -3,7 +3,7 @@
 // scratch), keeping states, gate sums and the triangular solve in F32.
 //
 // Result definition. With bf16(x) the round-to-nearest-even of an F32 to bf16 as vcvtne2ps2bf16
-// rounds (NaN stays a quiet NaN, a denormal becomes a zero of its sign, a finite value past the
+// rounds (NaN stays a quiet NaN, a subnormal becomes a zero of its sign, a finite value past the
 // bf16 range becomes Inf):
 //   a'(i, kk) = bf16(A(i, kk)),  b'(kk, j) = bf16(b_rows[kk] * B(kk, j))   (the F32 product rounded)
 //   s(i, j)   = the F32 sum over kk of a'(i, kk) b'(kk, j), in the kernel's order (below)
@@ -16,8 +16,8 @@
 // order of the additions, fixed per kernel (never by alignment, thread count or tiling):
 //   "avx512bf16" (vdpbf16ps): pairs kk = 2p, 2p + 1 in order p = 0, 1, ...; each pair adds the odd
 //       term first, then the even one, each addition a fused multiply-add rounded to nearest even
-//       with denormal inputs read as zero and denormal results flushed to zero (the instruction
-//       ignores MXCSR). A bf16 denormal operand therefore contributes nothing.
+//       with subnormal inputs read as zero and subnormal results flushed to zero (the instruction
+//       ignores MXCSR). A bf16 subnormal operand therefore contributes nothing.
 //   "amx" (tdpbf16ps on 16 x 32 bf16 tiles): k in blocks of 32 in order (zero-padded), each block
 //       added into the F32 sums by the hardware in an order of its own: Intel documents the pairs
 //       in sequence (even term first) with DAZ / FTZ and nearest even, but Sapphire Rapids-class
@@ -64,11 +64,14 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, MatBf16 
 // tile buffer of the AMX kernel); the same for every kernel.
 int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k);
 
-// bf16 of an F32 as bf16() above (nearest even, denormals to zero, NaN quiet); and back (exact).
+// bf16 of an F32 as SPEC 3.1 writes elements: nearest even, NaN quiet, overflow to Inf and
+// subnormals kept (unlike bf16() above; the products read a bf16 subnormal as zero, so the two
+// entries of gemm_bf16 agree but for F32 operands within 2^-134 below the smallest normal, which
+// this rounds up to it); and back (exact).
 uint16_t to_bf16(float x);
 float from_bf16(uint16_t x);
-// dst[i] = to_bf16(src[i]) for n values, for callers that keep operands in bf16 (vcvtne2ps2bf16
-// where the host has it: the same bits).
+// dst[i] = to_bf16(src[i]) for n values, for callers that keep operands in bf16 (AVX-512 where the
+// host has AVX512_BF16: the same bits).
 void round_to_bf16(const float *src, uint16_t *dst, int64_t n);
 
 // The kernel in use: "amx", "avx512bf16" or "generic".

@@ -98,11 +98,20 @@ void gemm(const Problem &pr, void *pack) {
     gemm_tiles<6, 4>(pr, a, lda, s.panel);
 }
 
-// round_to_bf16 of gemm_bf16.h, 32 values a vcvtne2ps2bf16 (the bits of bf16_detail::round).
+// round_to_bf16 of gemm_bf16.h, 16 values at a time in integer arithmetic (the bits of
+// bf16_detail::round_nearest_even_bits; vcvtne2ps2bf16 would flush subnormals).
 void round_to_bf16(const float *src, uint16_t *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) _mm512_storeu_si512(dst + i, load32(src + i, 32));
-    if (i < n) _mm512_mask_storeu_epi16(dst + i, first32(n - i), load32(src + i, n - i));
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mask = first16(n - i);
+        const __m512i u = _mm512_maskz_loadu_epi32(mask, src + i);
+        const __m512i high = _mm512_srli_epi32(u, 16);
+        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(high, one)), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        const __m512i bits = _mm512_mask_or_epi32(rounded, nan, high, quiet);
+        _mm256_mask_storeu_epi16(dst + i, mask, _mm512_cvtepi32_epi16(bits));
+    }
 }
 
 }  // namespace gdn::cpu::bf16_avx512

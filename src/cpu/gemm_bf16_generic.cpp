@@ -1,6 +1,6 @@
 // The portable kernel of gemm_bf16: plain C++ computing the "avx512bf16" result definition
 // exactly (gemm_bf16.h): per pair of k, the odd term then the even one, each a fused multiply-add
-// with denormal bf16 operands read as zero and denormal sums flushed to zero. It runs on hosts
+// with subnormal bf16 operands read as zero and subnormal sums flushed to zero. It runs on hosts
 // without AVX512_BF16 (at a fraction of gemm's speed: a bf16 product mode is for hosts that have
 // it, gemm_bf16_native()) and is the tests' model of the vector kernels' bits.
 #include <cmath>
@@ -15,9 +15,9 @@ namespace {
 
 constexpr int NR = 64;
 
-// A bf16 operand as vdpbf16ps reads it: a denormal is zero.
+// A bf16 operand as vdpbf16ps reads it: a subnormal is zero.
 inline float operand_value(uint16_t x) { return (x & 0x7f80u) == 0 ? 0.0f : widen(x); }
-// A sum as vdpbf16ps writes it: a denormal is flushed to zero of its sign.
+// A sum as vdpbf16ps writes it: a subnormal is flushed to zero of its sign.
 inline float flush(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
 
 }  // namespace

@@ -22,19 +22,20 @@
 
 namespace gdn::cpu::bf16_detail {
 
-inline uint16_t round_bits(uint32_t u) {
-    // As vcvtne2ps2bf16 does, bit for bit: a NaN keeps its sign and top payload bits and is made
-    // quiet (its rounded payload could otherwise carry into the exponent and read as Inf); a
-    // denormal becomes a zero of its sign; anything else rounds to nearest even (past the largest
-    // bf16: Inf).
+// bf16 of an F32, round to nearest even: NaN keeps its sign and top payload bits and is made
+// quiet (its rounded payload could otherwise carry into the exponent and read as Inf), past the
+// largest bf16 gives Inf, subnormals are kept (the element conversion of SPEC 3.1 for bf16).
+inline uint16_t round_nearest_even_bits(uint32_t u) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-    if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);
     return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-inline uint16_t round(float x) {
+// An operand as the kernels pack it, bit for bit as vcvtne2ps2bf16 converts: the same, but an F32
+// subnormal becomes a zero of its sign (the products read bf16 subnormals as zero anyway).
+inline uint16_t round_operand(float x) {
     uint32_t u;
     std::memcpy(&u, &x, sizeof u);
-    return round_bits(u);
+    if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);
+    return round_nearest_even_bits(u);
 }
 inline float widen(uint16_t x) {
     const uint32_t u = static_cast<uint32_t>(x) << 16;
@@ -45,10 +46,10 @@ inline float widen(uint16_t x) {
 
 // An element of an operand as bf16, times a row factor (b_rows) when there is one: an F32 is
 // rounded once (after the factor), a stored bf16 is copied as it is unless a factor multiplies it.
-inline uint16_t element(float x) { return round(x); }
+inline uint16_t element(float x) { return round_operand(x); }
 inline uint16_t element(uint16_t x) { return x; }
-inline uint16_t element(float x, float factor) { return round(factor * x); }
-inline uint16_t element(uint16_t x, float factor) { return round(factor * widen(x)); }
+inline uint16_t element(float x, float factor) { return round_operand(factor * x); }
+inline uint16_t element(uint16_t x, float factor) { return round_operand(factor * widen(x)); }
 
 constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 

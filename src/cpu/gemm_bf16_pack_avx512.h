@@ -1,6 +1,6 @@
 // Vector packing for the bf16 GEMM kernels built with AVX512_BF16 (gemm_bf16_avx512.cpp,
 // gemm_bf16_amx.cpp): the layouts of gemm_bf16_pack.h filled 32 values at a time, converted by
-// vcvtne2ps2bf16 (the same bits as bf16_detail::round), with transposed operands turned around
+// vcvtne2ps2bf16 (the same bits as bf16_detail::round_operand), with transposed operands turned around
 // in registers (a 16 x 16 transpose of 32-bit pairs). At the chunk shapes packing takes as long as
 // an AMX product when done a value at a time. Views that are neither row- nor column-contiguous
 // take the scalar code.

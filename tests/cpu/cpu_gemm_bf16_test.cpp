@@ -225,9 +225,10 @@ TEST(CpuGemmBf16, AmxRunsTheChunkShapes) {
     }
 }
 
-// Near the bottom of the F32 range vdpbf16ps reads denormal operands as zero and flushes denormal
-// sums to zero; the portable kernel models that, so the two agree bit for bit on operands whose
-// products and sums cross into the denormals (F32 denormal operands round to zero either way).
+// Near the bottom of the F32 range vdpbf16ps reads subnormal operands as zero and flushes
+// subnormal sums to zero; the portable kernel models that, so the two agree bit for bit on
+// operands whose products and sums cross into the subnormals (an F32 subnormal operand is packed
+// as zero either way).
 TEST(CpuGemmBf16, GenericAndAvx512Bf16AgreeOnDenormals) {
     {
         ForcedIsa probe("avx512bf16");
@@ -389,10 +390,10 @@ TEST(CpuGemmBf16, RoundsToNearestEven) {
     EXPECT_EQ(to_bf16(-0.0f), 0x8000);
     EXPECT_EQ(to_bf16(INFINITY), 0x7f80);
     EXPECT_EQ(to_bf16(-3.4e38f), 0xff80);  // past the largest bf16: Inf
-    // Denormals become zeros of their sign, as vcvtne2ps2bf16 makes them (the vector kernels
-    // convert with it), even one that would round up to the smallest normal bf16.
-    EXPECT_EQ(to_bf16(std::ldexp(1.0f, -130)), 0x0000);
-    EXPECT_EQ(to_bf16(-std::nextafter(std::ldexp(1.0f, -126), 0.0f)), 0x8000);
+    // Subnormals are kept (SPEC 3.1's element conversion), one just below the smallest normal
+    // rounding up to it.
+    EXPECT_EQ(to_bf16(std::ldexp(1.0f, -130)), 0x0008);
+    EXPECT_EQ(to_bf16(-std::nextafter(std::ldexp(1.0f, -126), 0.0f)), 0x8080);
     EXPECT_EQ(to_bf16(std::ldexp(1.0f, -126)), 0x0080);
     EXPECT_TRUE(std::isnan(gdn::cpu::from_bf16(to_bf16(NAN))));
     uint32_t signalling_bits = 0x7f800001u;  // payload only in the low bits: rounding would read as Inf
@@ -423,6 +424,22 @@ TEST(CpuGemmBf16, RoundingManyGivesToBf16sBits) {
         gdn::cpu::round_to_bf16(src.data(), dst.data(), n);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dst[i], gdn::cpu::to_bf16(src[i])) << std::hex << bits[i];
         EXPECT_EQ(dst[n], 0xabcd);  // nothing past the end
+    }
+}
+
+// An F32 operand is packed as vcvtne2ps2bf16 rounds it: a subnormal, even one just below the
+// smallest normal that to_bf16 rounds up to it, counts as zero; the smallest normal counts.
+TEST(CpuGemmBf16, SubnormalF32OperandsCountAsZero) {
+    for (const char *isa : kIsas) {
+        ForcedIsa forced(isa);
+        if (!forced.ok) continue;
+        const float below = std::nextafter(std::ldexp(1.0f, -126), 0.0f), smallest = std::ldexp(1.0f, -126);
+        std::vector<float> a = {below, smallest}, b = {std::ldexp(1.0f, 100), std::ldexp(1.0f, 100)}, c(2);
+        std::vector<unsigned char> pack(gdn::cpu::gemm_bf16_pack_bytes(2, 1));
+        gdn::cpu::gemm_bf16(2, 1, 1, 1.0f, gdn::cpu::rows(a.data(), 1), gdn::cpu::rows(b.data(), 1), 0.0f, c.data(), 1,
+                            pack.data());
+        EXPECT_EQ(c[0], 0.0f) << isa;
+        EXPECT_EQ(c[1], std::ldexp(1.0f, -26)) << isa;
     }
 }
 
