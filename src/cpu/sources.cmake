@@ -16,7 +16,9 @@ set(GDN_CPU_SOURCES
   cpu/chunk_backward.cpp
   cpu/backward_steps.cpp
   cpu/backward_schedule.cpp
-  cpu/gemm.cpp)
+  cpu/gemm.cpp
+  cpu/gemm_bf16.cpp
+  cpu/gemm_bf16_generic.cpp)
 # No code here reads floating-point exception flags. Without this, GCC keeps every loop with a
 # comparison-select (clamps, NaN tests, min/max) scalar inside target_clones functions: under
 # trapping math it will not if-convert them for a target chosen per function.
@@ -25,6 +27,23 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   list(APPEND GDN_CPU_SOURCES cpu/gemm_sse2.cpp cpu/gemm_avx2.cpp cpu/gemm_avx512.cpp)
   set_source_files_properties(cpu/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
   set_source_files_properties(cpu/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512vl;-mfma")
+  # The bf16 GEMM kernels (cpu/gemm_bf16.cpp chooses among them from CPUID), where the compiler
+  # knows the instructions (GCC 10 / Clang 9 for AVX512_BF16, GCC 11 / Clang 12 for AMX).
+  include(CheckCXXCompilerFlag)
+  check_cxx_compiler_flag("-mavx512bf16" GDN_COMPILER_AVX512BF16)
+  check_cxx_compiler_flag("-mamx-bf16" GDN_COMPILER_AMX_BF16)
+  set(GDN_BF16_AVX512_FLAGS "-mavx512f;-mavx512vl;-mavx512bw;-mavx512bf16;-mfma")
+  if(GDN_COMPILER_AVX512BF16)
+    list(APPEND GDN_CPU_SOURCES cpu/gemm_bf16_avx512.cpp)
+    set_source_files_properties(cpu/gemm_bf16_avx512.cpp PROPERTIES COMPILE_OPTIONS "${GDN_BF16_AVX512_FLAGS}")
+    set_property(SOURCE cpu/gemm_bf16.cpp APPEND PROPERTY COMPILE_DEFINITIONS GDN_BF16_AVX512)
+  endif()
+  if(GDN_COMPILER_AMX_BF16)
+    list(APPEND GDN_CPU_SOURCES cpu/gemm_bf16_amx.cpp)
+    set_source_files_properties(cpu/gemm_bf16_amx.cpp PROPERTIES COMPILE_OPTIONS
+                                "${GDN_BF16_AVX512_FLAGS};-mamx-tile;-mamx-bf16")
+    set_property(SOURCE cpu/gemm_bf16.cpp APPEND PROPERTY COMPILE_DEFINITIONS GDN_BF16_AMX)
+  endif()
 elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64|ARM64")
   list(APPEND GDN_CPU_SOURCES cpu/gemm_neon.cpp cpu/gemm_generic.cpp)
 else()
