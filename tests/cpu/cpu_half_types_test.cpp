@@ -169,6 +169,33 @@ TEST_P(CpuHalfTypes, BackwardIsTheF32CallOnConvertedInputsRoundedOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, CpuHalfTypes, ::testing::ValuesIn(cases()), [](const auto &info) { return std::string(info.param.name); });
 
+// The caller's threads (gdn_forward_share / gdn_backward_share, ggml's way in): the bits of the
+// pooled call, half tensors included.
+TEST(CpuHalfTypesShares, SharesGiveThePooledCallsBits) {
+    for (bool kda : {false, true})
+        for (int chunk : {0, 1}) {
+            Spec s = batched(kda, chunk == 1 ? 12 : 200);
+            Context pooled(2, chunk), shares(1, chunk);
+            const Call whole = build(s, kBf16, kBf16, 31), parts = build(s, kBf16, kBf16, 31);
+            run_forward(pooled.ctx, whole);
+            const gdn_problem p = parts.problem();
+            for (int ith = 0; ith < 3; ++ith)
+                ASSERT_EQ(gdn_forward_share(shares.ctx, &p, &parts.out.t, &parts.states.t, ith, 3), GDN_OK) << gdn_last_error(shares.ctx);
+            EXPECT_TRUE(same_bits(whole.out, parts.out));
+            EXPECT_TRUE(same_bits(whole.states, parts.states));
+            const Call whole_b = build(s, kBf16, kBf16, 32), parts_b = build(s, kBf16, kBf16, 32);
+            run_backward(pooled.ctx, whole_b);
+            const gdn_problem pb = parts_b.problem();
+            const gdn_grads grads = parts_b.grads();
+            for (int ith = 0; ith < 3; ++ith)
+                ASSERT_EQ(gdn_backward_share(shares.ctx, &pb, &parts_b.d_out.t, &parts_b.d_states.t, &grads, ith, 3), GDN_OK)
+                    << gdn_last_error(shares.ctx);
+            for (auto [a, b] : {std::pair{&whole_b.dq, &parts_b.dq}, {&whole_b.dk, &parts_b.dk}, {&whole_b.dv, &parts_b.dv},
+                                {&whole_b.dg, &parts_b.dg}, {&whole_b.dbeta, &parts_b.dbeta}, {&whole_b.ds0, &parts_b.ds0}})
+                EXPECT_TRUE(same_bits(*a, *b));
+        }
+}
+
 // precision = BF16 computes as EXACT on cpu for now (SPEC 3.1 allows it): the same bits.
 TEST(CpuHalfTypesPrecision, Bf16PrecisionGivesTheExactBitsForNow) {
     for (bool kda : {false, true}) {
