@@ -10,7 +10,10 @@
 // with the definition everywhere (NaN payloads, overflow to Inf, subnormal results).
 // GCC 12 warns about the intrinsics' own `__m512 __Y = __Y` placeholders when they are inlined
 // into a function with a target attribute (a false positive).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "cpu/typed_rows_kernels.h"
@@ -156,15 +159,21 @@ GDN_AVX2 void f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n) {
     for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
 }
 
+// F16C from CPUID leaf 1 (not every compiler's __builtin_cpu_supports knows "f16c").
+bool has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 bool has_avx512() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("avx512vl") && has_f16c();
 }
 bool has_avx512bf16() { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 bool has_avx2() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && has_f16c();
 }
 
 }  // namespace
