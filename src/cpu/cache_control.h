@@ -37,6 +37,16 @@ inline void stream_row(const float *src, int64_t n, float *dst) {
 #endif
 }
 
+// One 64-byte line from src to dst (both 64-byte aligned) with non-temporal stores.
+inline void stream_line(const void *src, void *dst) {
+#if defined(__SSE2__)
+    for (int part = 0; part < 4; ++part)
+        _mm_stream_si128(static_cast<__m128i *>(dst) + part, _mm_load_si128(static_cast<const __m128i *>(src) + part));
+#else
+    std::memcpy(dst, src, 64);
+#endif
+}
+
 // Orders the streamed stores before anything this thread does next.
 inline void stream_fence() {
 #if defined(__SSE2__)

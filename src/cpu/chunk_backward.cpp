@@ -22,6 +22,7 @@
 #include "cpu/chunk_backward.h"
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
+#include "cpu/typed_rows.h"
 
 namespace gdn::cpu {
 
@@ -58,10 +59,6 @@ uint64_t BackwardWork::bytes() const {
 }
 
 namespace {
-
-float *row_ptr(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
-    return reinterpret_cast<float *>(element_ptr(t, 0, i1, i2, i3));
-}
 
 // GDA: the pair terms of the gate gradient (X_rs = dP_rs P_rs + dM_rs M_rs, s < r: dg_t gets
 // the sum over s < t <= r).
@@ -135,7 +132,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const GatedOperand kl = gated_rows(c, Gated::Kl, L);
     gemm(L, Sv, Sk, 1.0f, kl.a, rows(dsl, Sv), true, w.y.data(), Sv, pack, kl.scales);
     solve_adjoint(L, Sv, c.beta.data(), c.m(L), w.y.data(), nby, pack);
-    if (a.dv) store_rows_streamed(nby, L, Sv, row_ptr(*a.dv, unit.h, t0, unit.b), token_stride_floats(*a.dv));
+    if (a.dv) store_token_rows(nby, L, Sv, *a.dv, unit.h, t0, unit.b);
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
     if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
@@ -154,7 +151,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // dbeta_r = Y_r . Z_r (Z = R - M Dm).
     if (a.dbeta)
         for (int64_t r = 0; r < L; ++r)
-            *row_ptr(*a.dbeta, unit.h, t0 + r, unit.b) = dot(w.y.data() + r * Sv, Z + r * Sv, Sv);
+            store_element(*a.dbeta, unit.h, t0 + r, unit.b, dot(w.y.data() + r * Sv, Z + r * Sv, Sv));
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
@@ -176,9 +173,9 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
         // is (written one float at a time into the caller's rows, their lines were read from
         // memory first).
         to_floats(w.dgam.data(), w.dg_rows.data(), L * gw);
-        store_rows_streamed(w.dg_rows.data(), L, gw, row_ptr(*a.dg, unit.h, t0, unit.b), token_stride_floats(*a.dg));
+        store_token_rows(w.dg_rows.data(), L, gw, *a.dg, unit.h, t0, unit.b);
     } else if (a.dg) {
-        for (int64_t r = 0; r < L; ++r) *row_ptr(*a.dg, unit.h, t0 + r, unit.b) = static_cast<float>(w.dgam[r]);
+        for (int64_t r = 0; r < L; ++r) store_element(*a.dg, unit.h, t0 + r, unit.b, static_cast<float>(w.dgam[r]));
     }
 
     UnitPieces p;
@@ -251,8 +248,8 @@ void finish_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, int64_t t
         gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
         gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
     }
-    if (a.dq) store_rows_streamed(w.dq.data(), L, Sk, row_ptr(*a.dq, kh, t0, bq), token_stride_floats(*a.dq));
-    if (a.dk) store_rows_streamed(w.dk.data(), L, Sk, row_ptr(*a.dk, kh, t0, bq), token_stride_floats(*a.dk));
+    if (a.dq) store_token_rows(w.dq.data(), L, Sk, *a.dq, kh, t0, bq);
+    if (a.dk) store_token_rows(w.dk.data(), L, Sk, *a.dk, kh, t0, bq);
 }
 
 namespace {

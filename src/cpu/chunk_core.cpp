@@ -9,16 +9,9 @@
 #include "cpu/cache_control.h"
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
+#include "cpu/typed_rows.h"
 
 namespace gdn::cpu {
-
-namespace {
-
-const float *row_f32(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
-    return reinterpret_cast<const float *>(element_ptr(t, 0, i1, i2, i3));
-}
-
-}  // namespace
 
 void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     Sk = d.Sk;
@@ -37,6 +30,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     f.resize(C * gw);
     einv.resize(kda ? C * gw : 0);
     gl.resize(gw);
+    gate_row.resize(gw);
     gam_mat.resize(kda ? 0 : C * C);
     qkg.resize(kda ? 2 * C * Sk : 0);
     kl.resize(kda ? C * Sk : 0);
@@ -50,7 +44,7 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t ChunkScratch::bytes() const {
     uint64_t n = 0;
-    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gam_mat, &qkg, &kl, &kinv, &pm,
+    for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gate_row, &gam_mat, &qkg, &kl, &kinv, &pm,
                             &out_r, &out_r_factors, &dm, &pack})
         n += vec->size() * sizeof(float);
     return n + (gam.size() + exp_arg.size()) * sizeof(double);
@@ -62,10 +56,10 @@ int64_t forward_state_panel(int64_t Sv) {
 }
 
 void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst) {
-    const int64_t bytes = n * int64_t(sizeof(float));
+    const int64_t bytes = row_bytes(t, n);
     for (int64_t r = 0; r < L; ++r) {
         if (r + rows_ahead < L) prefetch_lines(element_ptr(t, 0, i1, t0 + r + rows_ahead, i3), bytes);
-        std::memcpy(dst + r * n, row_f32(t, i1, t0 + r, i3), bytes);
+        load_row(t.type, element_ptr(t, 0, i1, t0 + r, i3), n, dst + r * n);
     }
 }
 
@@ -131,8 +125,8 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool
         if (gam == nullptr) {
             for (int64_t r = 0; r < L; ++r) {
                 if (r + rows_ahead < L) prefetch_rows(&g, u.h, t0 + r + rows_ahead, t0 + r + rows_ahead + 1, u.b, gw);
-                add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, row_f32(g, u.h, t0 + r, u.b), w.gam.data() + r * gw,
-                          gw);
+                const float *gate = row_as_floats(g.type, element_ptr(g, 0, u.h, t0 + r, u.b), gw, w.gate_row.data());
+                add_gates(r ? w.gam.data() + (r - 1) * gw : nullptr, gate, w.gam.data() + r * gw, gw);
             }
             gam = w.gam.data();
         }
@@ -179,7 +173,7 @@ void compute_gates(const gdn_tensor &g, ChunkUnit u, int64_t t0, int64_t L, bool
 void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims &d, ChunkUnit u, int64_t t0, int64_t L,
                         bool with_q, KnownGates known, ChunkScratch &w) {
     const int64_t Sk = d.Sk;
-    for (int64_t r = 0; r < L; ++r) w.beta[r] = *row_f32(beta, u.h, t0 + r, u.b);
+    for (int64_t r = 0; r < L; ++r) w.beta[r] = load_element(beta, u.h, t0 + r, u.b);
     compute_gates(g, u, t0, L, with_q, known, w);
     if (!w.kda && with_q) {
         std::copy_n(w.e.data(), L, w.e_twice.data());
@@ -336,7 +330,7 @@ GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L) {
     return {transposed(raw_operand(w, x, L), w.Sk), {nullptr, row_factors(w, x)}};
 }
 
-void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats,
+void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_elements,
                    Pages pages) {
     if (t == nullptr) return;
     constexpr int page_bits = 12;  // 4 KiB pages; rows that share a page (beta, scalar gates) read it once
@@ -344,9 +338,9 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
     for (int64_t r = t_begin; r < t_end; ++r) {
         const void *row = element_ptr(*t, 0, i1, r, i3);
         const uintptr_t page = reinterpret_cast<uintptr_t>(row) >> page_bits;
-        if (pages == Pages::Read && page != last_page) (void)*static_cast<const volatile float *>(row);
+        if (pages == Pages::Read && page != last_page) (void)*static_cast<const volatile char *>(row);
         last_page = page;
-        prefetch_lines(row, row_floats * int64_t(sizeof(float)));
+        prefetch_lines(row, row_bytes(*t, row_elements));
     }
 }
 

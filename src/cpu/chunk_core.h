@@ -63,6 +63,7 @@ struct ChunkScratch {
     std::vector<double> exp_arg;          // arguments of one batch of exp (GDA: L x L, KDA: gw)
     std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), KDA (L > 1) 1 / exp(gam); gw: exp(gam_L)
     std::vector<float> e_twice;           // GDA: 2L, [e; e] (with Q): the factors of the rows of [Q; K]
+    std::vector<float> gate_row;          // gw: a gate row of a BF16 g, converted
     std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
     std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
     std::vector<float> kl, kinv;          // KDA: L x Sk
@@ -106,16 +107,13 @@ struct GatedOperand {
 GatedOperand gated_rows(ChunkScratch &w, Gated x, int64_t L);
 GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L);
 
-// Floats from one token's row of t to the next (rows are contiguous with a token stride in floats).
-inline int64_t token_stride_floats(const gdn_tensor &t) { return t.nb[2] / static_cast<int64_t>(sizeof(float)); }
-
 // How far ahead a walk over token rows asks for the next ones: the rows of the caller's tensors
 // are a token stride apart (24-40 KiB at the model shapes), so no hardware prefetcher follows
 // them (asking 6 rows ahead gains 2-3% of the chunked forward and backward; 12 the same).
 constexpr int64_t rows_ahead = 6;
 
-// dst (L rows of n floats, contiguous) = rows t0 .. t0+L-1 of tensor t at (i1, i3), asking for
-// the rows rows_ahead further while it copies.
+// dst (L rows of n floats, contiguous) = rows t0 .. t0+L-1 of tensor t at (i1, i3), converted
+// from t's element type (cpu/typed_rows.h), asking for the rows rows_ahead further while it copies.
 void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst);
 
 // Loads K rows t0 .. t0+L-1 of the group, and its Q rows when with_q.
@@ -181,10 +179,10 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 // costs the forward what it saves (neutral) but pays in the backward, whose unit steps are three
 // times longer (KDA backward 0.98 of the time).
 enum class Pages { Prefetched, Read };
-void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_floats,
+void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_elements,
                    Pages pages = Pages::Prefetched);
 // The rows chunk_deltas and prepare_unit_chunk read for tokens [t_begin, t_end) of the unit: v
-// and g (nullptr: none; a KDA gate row is Sk floats, a token stride from the next one) and beta.
+// and g (nullptr: none; a KDA gate row is Sk elements, a token stride from the next one) and beta.
 void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
                         int64_t t_begin, int64_t t_end, Pages pages = Pages::Prefetched);
 
@@ -198,8 +196,9 @@ void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int
           int64_t ldc, float *pack);
 
 // dst row r (rows ldd floats apart) = src row r (L rows of n floats, contiguous), written with
-// non-temporal stores where the rows are aligned for them: for outputs this call writes once and
-// does not read again, so their lines are not read from memory first (nor kept in cache).
+// non-temporal stores where the rows are aligned for them: for scratch this call writes once and
+// does not read again, so their lines are not read from memory first (nor kept in cache). The
+// caller's output rows, in their element types, go through store_token_rows (cpu/typed_rows.h).
 void store_rows_streamed(const float *src, int64_t L, int64_t n, float *dst, int64_t ldd);
 
 }  // namespace gdn::cpu

@@ -7,6 +7,7 @@
 #include "cpu/chunk_vector.h"
 #include "cpu/gemm.h"
 #include "cpu/state_io.h"
+#include "cpu/typed_rows.h"
 
 namespace gdn::cpu {
 
@@ -59,8 +60,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
                 // streamed to the unit's output rows (contiguous, a token stride apart).
                 float *o = c.o(L);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
-                store_rows_streamed(o, L, Sv, reinterpret_cast<float *>(element_ptr(*a.out, 0, unit.h, t0, unit.b)),
-                                    token_stride_floats(*a.out));
+                store_token_rows(o, L, Sv, *a.out, unit.h, t0, unit.b);
             }
             advance_state(s, s, L, c);
             const int64_t slot = d.T - t1;

@@ -4,6 +4,7 @@
 
 #include "core/tensor.h"
 #include "cpu/chunk_core.h"
+#include "cpu/typed_rows.h"
 #include "cpu/vectorized.h"
 
 namespace gdn::cpu {
@@ -45,6 +46,7 @@ void ChunkPlanner::resize(const Dims &d) {
     lo_.resize(units * width);
     hi_.resize(units * width);
     gates_.resize(width > 0 ? units : 0);  // scalar gates cut by length and slots only
+    converted_.resize(d.gate_type != GDN_TYPE_F32 ? units * width : 0);
 }
 
 void ChunkPlanner::reset(const GroupRef &group, int64_t max_len) {
@@ -57,7 +59,8 @@ void ChunkPlanner::reset(const GroupRef &group, int64_t max_len) {
 }
 
 uint64_t ChunkPlanner::bytes() const {
-    return (sum_.size() + lo_.size() + hi_.size()) * sizeof(double) + gates_.size() * sizeof(const float *);
+    return (sum_.size() + lo_.size() + hi_.size()) * sizeof(double) + gates_.size() * sizeof(const float *) +
+           converted_.size() * sizeof(float);
 }
 
 int64_t ChunkPlanner::next_end(int64_t start, double *sums) {
@@ -72,7 +75,8 @@ int64_t ChunkPlanner::next_end(int64_t start, double *sums) {
     for (int64_t t = start; t < end; ++t) {
         for (int64_t u = 0; u < units_; ++u) {
             const int64_t b = group_.bq * per_bq + u / per_kh, h = d.value_head_of(group_.kh, u % per_kh);
-            gates_[u] = reinterpret_cast<const float *>(element_ptr(*group_.g, 0, h, t, b));
+            gates_[u] = row_as_floats(group_.g->type, element_ptr(*group_.g, 0, h, t, b), width_,
+                                      converted_.data() + u * width_);
             if (t + rows_ahead < d.T) prefetch_rows(group_.g, h, t + rows_ahead, t + rows_ahead + 1, b, width_);
         }
         // Does adding token t's gates keep every channel of every unit within the limit? If not,

@@ -69,6 +69,7 @@ private:
     int64_t max_len_ = 0, first_snapshot_end_ = 0, width_ = 0, units_ = 0;
     std::vector<double> sum_, lo_, hi_;  // units x width: running sums since the chunk start, their min and max
     std::vector<const float *> gates_;   // units: the gate rows of the token being added
+    std::vector<float> converted_;       // units x width: those rows of a BF16 g, as floats
 };
 
 // Chunk ends (exclusive), ascending, the last one T, planned with `planner` (resized by the

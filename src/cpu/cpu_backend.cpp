@@ -1,4 +1,10 @@
-// The cpu backend: F32, all cores, deterministic.
+// The cpu backend: F32 arithmetic, all cores, deterministic.
+//
+// Element types (SPEC 3.1): q/k/v F32, BF16 or F16 (beta that or F32, g F32 or BF16) with F32
+// states. Tensors are read and written in place in their types: rows are converted as they are
+// gathered into the chunk's (or the token block's) float buffers and rounded once as results are
+// stored (cpu/typed_rows.h), so a half call gives the bits of the F32 call on the converted
+// inputs with each output rounded once.
 //
 // Work is split by group = (q/k sequence, key head): a group's units (every sequence and value
 // head that reads that key head) share its Q K^T and K K^T, and dq and dk are summed over them in
@@ -60,8 +66,15 @@ public:
 
     const char *name() const override { return "cpu"; }
 
+    // Every combination of SPEC 3.1 with F32 states (validate has checked the rule); not an F64
+    // call. precision = BF16 computes exactly as EXACT for now: the bf16 product kernels
+    // (AVX512_BF16 / AMX-BF16) are not written yet, and SPEC 3.1 lets a backend compute as EXACT.
     Status supports(const Dims &d, bool) const override {
-        return require_all_of_type(d, GDN_TYPE_F32, "cpu");
+        if (d.state_type == GDN_TYPE_F32 && d.type != GDN_TYPE_F64) return {};
+        return fail(GDN_ERROR_TYPE,
+                    "the cpu backend computes in F32: it takes q/k/v F32, BF16 or F16 with F32 states (SPEC 3.1); "
+                    "this call has q/k/v %s, beta %s, g %s, states %s",
+                    type_name(d.type), type_name(d.beta_type), type_name(d.gate_type), type_name(d.state_type));
     }
 
     Status forward(const ForwardArgs &packed) override {

@@ -18,13 +18,14 @@ set(GDN_CPU_SOURCES
   cpu/backward_schedule.cpp
   cpu/gemm.cpp
   cpu/gemm_bf16.cpp
-  cpu/gemm_bf16_generic.cpp)
+  cpu/gemm_bf16_generic.cpp
+  cpu/typed_rows.cpp)
 # No code here reads floating-point exception flags. Without this, GCC keeps every loop with a
 # comparison-select (clamps, NaN tests, min/max) scalar inside target_clones functions: under
 # trapping math it will not if-convert them for a target chosen per function.
 set_property(SOURCE ${GDN_CPU_SOURCES} APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
-  list(APPEND GDN_CPU_SOURCES cpu/gemm_sse2.cpp cpu/gemm_avx2.cpp cpu/gemm_avx512.cpp)
+  list(APPEND GDN_CPU_SOURCES cpu/gemm_sse2.cpp cpu/gemm_avx2.cpp cpu/gemm_avx512.cpp cpu/typed_rows_x86.cpp)
   set_source_files_properties(cpu/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
   set_source_files_properties(cpu/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512vl;-mfma")
   # The bf16 GEMM kernels (cpu/gemm_bf16.cpp chooses among them from CPUID), where the compiler

@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "cpu/state_io.h"
+#include "cpu/typed_rows.h"
 
 namespace gdn::cpu {
 
@@ -14,10 +15,6 @@ namespace {
 // Tokens per block: the block's q and k rows (2 x 16 x Sk floats) stay in L1/L2 while every
 // column of the state passes through them.
 constexpr int64_t kTokensPerBlock = 16;
-
-const float *row_f32(const gdn_tensor &t, int64_t i1, int64_t i2, int64_t i3) {
-    return reinterpret_cast<const float *>(element_ptr(t, 0, i1, i2, i3));
-}
 
 // State (h, index) of a state tensor [Sk, Sv, Hv, *] as the kernel of its layout reads it: a
 // key-major state's columns, a value-major state's rows.
@@ -47,6 +44,9 @@ void TokenForwardScratch::resize(const Dims &d) {
     decay.resize(block * P);
     decayed_k.resize(block * P);
     beta.resize(block);
+    const bool converted = d.type != GDN_TYPE_F32;  // v and out are read and written through float rows
+    v_rows.resize(converted ? block * d.Sv : 0);
+    out_rows.resize(converted ? block * d.Sv : 0);
     v.resize(block);
     out.resize(block);
     snapshot.resize(block);
@@ -54,7 +54,7 @@ void TokenForwardScratch::resize(const Dims &d) {
 
 uint64_t TokenForwardScratch::bytes() const {
     return sizeof(float) * (state.size() + columns.size() + k.size() + q.size() + decay.size() + decayed_k.size() +
-                            beta.size()) +
+                            beta.size() + v_rows.size() + out_rows.size()) +
            sizeof(void *) * (v.size() + out.size()) + sizeof(StateLines) * snapshot.size();
 }
 
@@ -62,12 +62,15 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
     const Dims &d = a.dims;
     const int64_t kh = d.key_head(h), bq = d.qk_sequence(b), Sk = d.Sk, P = padded_row(Sk);
     const bool per_channel = d.gate_width != 1;
-    // A row copied into its padded slot, the pad zeroed (k, q: zeros keep the pad out of every
+    const int64_t Sv = d.Sv;
+    // A row converted into its padded slot, the pad zeroed (k, q: zeros keep the pad out of every
     // dot product; the state's pad is zero too).
-    auto padded_copy = [&](const float *row, float *slot) {
-        std::memcpy(slot, row, sizeof(float) * Sk);
+    auto padded_copy = [&](const gdn_tensor &t, int64_t i1, int64_t t_index, int64_t i3, float *slot) {
+        load_row(t.type, element_ptr(t, 0, i1, t_index, i3), Sk, slot);
         std::fill(slot + Sk, slot + P, 0.0f);
     };
+    // v and out in place when F32; BF16/F16 rows through the scratch rows (out stored after the block).
+    const bool converted = d.type != GDN_TYPE_F32;
     // The kernel of the layout the states are written in (else s0's): an s0 in the other layout
     // is copied into the scratch state in the kernel's first.
     const gdn_tensor *layout = a.states ? a.states : a.s0;
@@ -97,23 +100,26 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
         blk.tokens = t1 - t0;
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t n = t - t0, slot = d.T - 1 - t;
-            padded_copy(row_f32(*a.k, kh, t, bq), w.k.data() + n * P);
-            padded_copy(row_f32(*a.q, kh, t, bq), w.q.data() + n * P);
-            const float *g = row_f32(*a.g, h, t, b);
+            padded_copy(*a.k, kh, t, bq, w.k.data() + n * P);
+            padded_copy(*a.q, kh, t, bq, w.q.data() + n * P);
             // The decay as a row either way (one gate repeated), the pad zeroed.
             float *decay = w.decay.data() + n * P;
             if (per_channel) {
-                for (int64_t i = 0; i < Sk; ++i) decay[i] = std::exp(g[i]);  // as ref: exp of each gate
+                load_row(a.g->type, element_ptr(*a.g, 0, h, t, b), Sk, decay);
+                for (int64_t i = 0; i < Sk; ++i) decay[i] = std::exp(decay[i]);  // as ref: exp of each gate
             } else {
-                std::fill(decay, decay + Sk, std::exp(g[0]));
+                std::fill(decay, decay + Sk, std::exp(load_element(*a.g, h, t, b)));
             }
             std::fill(decay + Sk, decay + P, 0.0f);
             const float *k = w.k.data() + n * P;
             float *decayed_k = w.decayed_k.data() + n * P;
             for (int64_t i = 0; i < P; ++i) decayed_k[i] = decay[i] * k[i];
-            w.beta[n] = *row_f32(*a.beta, h, t, b);
-            w.v[n] = row_f32(*a.v, h, t, b);
-            if (a.out) w.out[n] = reinterpret_cast<float *>(element_ptr(*a.out, 0, h, t, b));
+            w.beta[n] = load_element(*a.beta, h, t, b);
+            const void *v = element_ptr(*a.v, 0, h, t, b);
+            w.v[n] = converted ? w.v_rows.data() + n * Sv : static_cast<const float *>(v);
+            if (converted) load_row(a.v->type, v, Sv, w.v_rows.data() + n * Sv);
+            if (a.out)
+                w.out[n] = converted ? w.out_rows.data() + n * Sv : reinterpret_cast<float *>(element_ptr(*a.out, 0, h, t, b));
             w.snapshot[n] = a.states && slot < d.K ? lines_of(*a.states, h, slot * d.B + b) : StateLines{};
         }
         // The state enters from s0 (or zero) and leaves to the scratch between blocks; the final
@@ -125,6 +131,8 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
             w.snapshot[blk.tokens - 1] = {};
         }
         kernel(blk, from, to, w.columns.data());
+        if (a.out && converted)
+            for (int64_t t = t0; t < t1; ++t) store_row(a.out->type, w.out[t - t0], Sv, element_ptr(*a.out, 0, h, t, b));
     }
 }
 

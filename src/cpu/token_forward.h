@@ -18,6 +18,7 @@ struct TokenForwardScratch {
     std::vector<float> columns;  // the block's columns in flight (token_block's scratch)
     std::vector<float> k, q, decay, decayed_k;  // the block's tokens: padded rows of k, q, a, a o k
     std::vector<float> beta;
+    std::vector<float> v_rows, out_rows;  // BF16/F16 v and out: the block's rows as floats (Sv each)
     std::vector<const float *> v;
     std::vector<float *> out;
     std::vector<StateLines> snapshot;
