@@ -20,7 +20,7 @@ const char kUsage[] =
     "  grad     each backend's backward against finite differences of the REF forward in F64\n"
     "  perf     median time, CPU time, tokens/s, canonical GFLOP/s and % of this machine's F32 FMA peak\n"
     "  support  which backend takes which case\n"
-    "  list     the cases test, grad and support run, by group (seed, model, edge, fd, varlen, serving);\n"
+    "  list     the cases test, grad and support run, by group (seed, model, edge, fd, varlen, serving, types);\n"
     "           list GROUP: that group only; list perf: the cases perf runs; list --preset: the presets\n"
     "\n"
     "options:\n"
