@@ -50,7 +50,9 @@ const char kUsage[] =
     "Case labels name the shape and data of a case; serving cases add state=vmajor (value-major states)\n"
     "or state=mixed (inputs value-major, outputs key-major), slots=S,idx=PATTERN[:i32] (a state pool of S\n"
     "slots, state_indices in order, with gaps, reversed, shuffled or with negative entries) and inplace=1\n"
-    "(states is the state tensor itself).\n"
+    "(states is the state tensor itself). Cases in narrower types add type=bf16 or type=f16 (q/k/v, out, d_out\n"
+    "and their gradients; beta and g in it where the rule allows, beta_type=/g_type= where not; states F32) and\n"
+    "precision=bf16 (bf16 products allowed); test holds them, REF included, to REF in F64 on the same values.\n"
     "\n"
     "Exit status: 0 when everything that ran passed, 1 when a case failed or nothing ran, 2 for a\n"
     "command line or model source that cannot be used.\n";
