@@ -267,8 +267,16 @@ std::vector<testkit::Case> select_cases(const Options &o) {
         const std::vector<int64_t> tokens = perf_cases ? std::vector<int64_t>{1, 4, 16, 64, 512, 4096}
                                                        : std::vector<int64_t>{1, 64, 130};
         all = testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, tokens, "model");
-        if (perf_cases)
+        if (perf_cases) {
+            // The prefill in bf16 tensors, computed exactly and in bf16 products, beside the F32 one.
+            for (gdn_precision precision : {GDN_PRECISION_EXACT, GDN_PRECISION_BF16})
+                for (testkit::Case c : testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, {tokens.back()}, "model")) {
+                    c.use_type(GDN_TYPE_BF16);
+                    c.precision = precision;
+                    all.push_back(c);
+                }
             for (const testkit::Case &c : testkit::serving_decode_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, "model")) all.push_back(c);
+        }
         for (testkit::Case &c : all) c.heads = m.heads;
     } else {
         all = perf_cases ? testkit::perf_cases() : testkit::default_cases();
