@@ -26,7 +26,7 @@ struct View {
 class TensorSet {
 public:
     static constexpr size_t kGuardBytes = 64;
-    static constexpr uint8_t kPoison = 0xFF;  // all-ones: a NaN in F32 and F64
+    static constexpr uint8_t kPoison = 0xFF;  // all-ones: a NaN in F32, F64, BF16 and F16
 
     // `type`: what the set holds. F64: every tensor F64 (the oracle's twin of a case); any other:
     // each tensor in the element type it is added with (by default F32).
