@@ -88,6 +88,8 @@ std::string short_label(const Case &c) {
     s += c.model.empty() ? "" : "/" + c.model;
     s += "/Hv=" + std::to_string(c.shape.Hv) + "/T=" + std::to_string(c.shape.T);
     s += c.kda ? "/kda" : "/gda";
+    if (c.types.x != GDN_TYPE_F32) s += std::string("/") + type_name(c.types.x);
+    if (c.precision == GDN_PRECISION_BF16) s += "/bf16_products";
     return s;
 }
 

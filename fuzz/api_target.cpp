@@ -113,6 +113,11 @@ double value_at(const uint8_t *p, int type) {
         std::memcpy(&v, p, 8);
         return v;
     }
+    if (type == GDN_TYPE_BF16 || type == GDN_TYPE_F16) {
+        uint16_t bits;
+        std::memcpy(&bits, p, 2);
+        return half_value(type, bits);
+    }
     float v;
     std::memcpy(&v, p, 4);
     return v;
@@ -151,6 +156,7 @@ std::vector<Dense> reference_outputs(const Call &c, const std::vector<uint8_t> &
     r.scale = c.scale;
     r.scale_is_explicit = c.scale_is_explicit;
     r.head_map = c.head_map;
+    r.precision = c.precision;
     r.sequences = c.sequences;
     r.cu_seqlens = c.cu_seqlens;  // inputs that no call writes: read in place
     r.slots = c.slots;
@@ -224,7 +230,14 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
             }
             const double got = value_at(base + off, raw_type(t)), want = value_at(ref[s].bytes.data() + i * elem, raw_type(t));
             const bool same = got == want || (std::isnan(got) && std::isnan(want));
-            if (exact ? same : (!tame || !std::isfinite(scale) || same || std::fabs(got - want) <= 1e-3 * (scale + 1e-6))) continue;
+            // A float-accumulating backend within 1e-3 of the tensor's largest value; a BF16 or F16
+            // result also within one unit in its last place (its F32 result and ref's may round to
+            // neighbours); with bf16 products (2^-8 per operand) within 2^-4 of the largest value.
+            double tolerance = 1e-3 * (scale + 1e-6);
+            if (raw_type(t) == GDN_TYPE_BF16 || raw_type(t) == GDN_TYPE_F16)
+                tolerance += std::ldexp(std::max(std::fabs(got), std::fabs(want)), raw_type(t) == GDN_TYPE_BF16 ? -7 : -10);
+            if (c.precision == GDN_PRECISION_BF16) tolerance = std::max(tolerance, 0x1p-4 * (scale + 1e-6));
+            if (exact ? same : (!tame || !std::isfinite(scale) || same || std::fabs(got - want) <= tolerance)) continue;
             char msg[200];
             std::snprintf(msg, sizeof msg, "%s element %lld = %.17g but ref on contiguous copies gives %.17g", slot_name(s),
                           static_cast<long long>(i), got, want);
@@ -301,11 +314,8 @@ void run_api_input(const uint8_t *data, size_t size) {
     const bool backed = all_in_arena(c, outside);
     if (checked != GDN_OK) {
         expect_refusal_intact(c, ctx, checked, before);
-        if (judgement.verdict == Verdict::Valid && is_ref && checked != GDN_ERROR_TYPE)
-            finding(c, std::string("refused a valid call: ") + gdn_last_error(ctx));
-        if (judgement.verdict == Verdict::Valid && is_ref && checked == GDN_ERROR_TYPE &&
-            (raw_type(c.t[Q]) == GDN_TYPE_F32 || raw_type(c.t[Q]) == GDN_TYPE_F64))
-            finding(c, std::string("ref refused F32/F64: ") + gdn_last_error(ctx));
+        // ref takes every valid call, every type combination of SPEC 3.1 included.
+        if (judgement.verdict == Verdict::Valid && is_ref) finding(c, std::string("refused a valid call: ") + gdn_last_error(ctx));
     } else {
         if (judgement.verdict == Verdict::Invalid) finding(c, "accepted an invalid call: " + judgement.reason);
         if (!backed) {

@@ -48,6 +48,24 @@ int type_of(int pick) {
     return kTypes[pick & 7];
 }
 
+// The element type of every slot from q's type `x` and the type byte's upper bits (SPEC 3.1):
+// by default q/k/v/out/d_out and their gradients x, beta x, g BF16 beside BF16 and F32
+// otherwise, the states F32; an F64 call (or an x outside the enum) has x everywhere. Bit 3:
+// beta F32; bit 4: g the other of F32 and BF16; bit 5: the states in x (the rule broken for
+// BF16 and F16); bit 6: g in x (broken for F16). The gradients of g and beta follow them.
+void assign_types(int slot_type[kSlots], int x, uint8_t bits) {
+    const bool mixed = x == GDN_TYPE_F32 || x == GDN_TYPE_BF16 || x == GDN_TYPE_F16;
+    for (int i = 0; i < kSlots; ++i) slot_type[i] = x;
+    if (!mixed) return;
+    const int beta = (bits & 8) ? GDN_TYPE_F32 : x;
+    int g = (x == GDN_TYPE_BF16) != ((bits & 16) != 0) ? GDN_TYPE_BF16 : GDN_TYPE_F32;
+    if (bits & 64) g = x;
+    const int state = (bits & 32) ? x : GDN_TYPE_F32;
+    slot_type[BETA] = slot_type[DBETA] = beta;
+    slot_type[G] = slot_type[DG] = g;
+    for (int s : {STATE, STATES, D_STATES, DSTATE}) slot_type[s] = state;
+}
+
 enum class Layout { Contiguous, Padded, Transposed };
 
 int64_t state_sequences(const Call &c) { return c.sequences > 0 ? c.sequences : c.B; }
@@ -141,12 +159,34 @@ void fill_values(Arena &arena, int type, uint64_t seed) {
     }
 }
 
+// A BF16 or F16 tensor's elements rewritten with values in (-1, 1) of its own encoding (the arena
+// was filled with F32 bits, whose halves are not such values): a random sign, exponent and
+// mantissa, the exponent between 2^-14 and 2^-1.
+void fill_half_values(const gdn_tensor &t, uint64_t seed) {
+    uint64_t x = seed | 1;
+    const bool bf16 = raw_type(t) == GDN_TYPE_BF16;
+    for (int64_t i = 0; i < element_count(t); ++i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const auto r = static_cast<uint32_t>(x >> 16);
+        const uint32_t exponent = 1 + r % 14;  // 1..14 of the 14 binades below 1
+        const uint16_t bits = bf16 ? static_cast<uint16_t>((r & 0x8000u) | ((127 - exponent) << 7) | ((r >> 4) & 0x7fu))
+                                   : static_cast<uint16_t>((r & 0x8000u) | ((15 - exponent) << 10) | ((r >> 4) & 0x3ffu));
+        std::memcpy(element_at(t, i), &bits, 2);
+    }
+}
+
 void put_special(gdn_tensor &t, int64_t index, int kind) {
     const double values[5] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                               -std::numeric_limits<double>::infinity(), 1e30, -1e30};
+    // The same in BF16 and F16 bits (1e30 past F16's range: its largest finite value).
+    const uint16_t bf16[5] = {0x7FC0, 0x7F80, 0xFF80, 0x714A, 0xF14A}, f16[5] = {0x7E00, 0x7C00, 0xFC00, 0x7BFF, 0xFBFF};
     const double v = values[kind % 5];
     uint8_t *p = element_at(t, index);
     if (raw_type(t) == GDN_TYPE_F64) std::memcpy(p, &v, 8);
+    else if (raw_type(t) == GDN_TYPE_BF16) std::memcpy(p, &bf16[kind % 5], 2);
+    else if (raw_type(t) == GDN_TYPE_F16) std::memcpy(p, &f16[kind % 5], 2);
     else {
         const auto f = static_cast<float>(v);
         std::memcpy(p, &f, 4);
@@ -295,6 +335,20 @@ int64_t element_bytes(int type) {
     }
 }
 
+double half_value(int type, uint16_t bits) {
+    const double sign = (bits & 0x8000u) ? -1.0 : 1.0;
+    if (type == GDN_TYPE_BF16) {
+        const uint32_t u = static_cast<uint32_t>(bits) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+    const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+    if (exponent == 0x1f) return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+    if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+    return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
 std::vector<int64_t> offsets_of(const gdn_tensor &t) {
     std::vector<int64_t> out(static_cast<size_t>(t.ne[0]));
     for (size_t i = 0; i < out.size(); ++i) {
@@ -347,6 +401,7 @@ gdn_problem Call::problem() const {
     p.scale = scale;
     p.scale_is_explicit = scale_is_explicit;
     std::memcpy(&p.head_map, &head_map, sizeof head_map);
+    std::memcpy(&p.precision, &precision, sizeof precision);
     p.cu_seqlens = cu_seqlens;
     p.state_indices = state_indices;
     return p;
@@ -369,7 +424,7 @@ std::string Call::describe() const {
       << (backend ? backend : "NULL") << " Sk=" << Sk << " Sv=" << Sv << " Hk=" << Hk << " Hv=" << Hv << " T=" << T
       << " B=" << B << " Bq=" << Bq << " K=" << snapshots << " gate=" << gate_width << " scale=" << scale
       << (scale_is_explicit ? " (explicit)" : "")
-      << " head_map=" << head_map << (problem_null ? " problem=NULL" : "") << (grads_null ? " grads=NULL" : "");
+      << " head_map=" << head_map << " precision=" << precision << (problem_null ? " problem=NULL" : "") << (grads_null ? " grads=NULL" : "");
     if (!default_params(params))
         s << " n_threads=" << params.n_threads << " chunk_size=" << params.chunk_size << " device=" << params.device;
     s << "\n";
@@ -413,6 +468,14 @@ gdn_context_params decode_params(ByteReader &in) {
     return p;
 }
 
+// gdn_problem.precision: EXACT and BF16 mostly, and values outside the enum. Read after the
+// parameters, behind a marker byte 'R', so that inputs written before it keep EXACT.
+int decode_precision(ByteReader &in) {
+    static constexpr int kPrecisions[] = {GDN_PRECISION_EXACT, GDN_PRECISION_BF16, GDN_PRECISION_BF16, 2, -1, INT_MAX, INT_MIN};
+    if (in.u8() != 'R') return GDN_PRECISION_EXACT;
+    return kPrecisions[in.below(sizeof kPrecisions / sizeof kPrecisions[0])];
+}
+
 bool default_params(const gdn_context_params &p) {
     const gdn_context_params d = gdn_context_default_params();
     return p.n_threads == d.n_threads && p.chunk_size == d.chunk_size && p.device == d.device && p.stream == d.stream;
@@ -424,7 +487,10 @@ Call decode_call(ByteReader &in) {
     c.backward = (op & 1) != 0;
     c.check_only = (op & 6) == 6;  // one input in four only asks
     c.backend = kBackends[in.below(sizeof(kBackends) / sizeof(kBackends[0]))];
-    const int type = type_of(in.u8());
+    const uint8_t type_byte = in.u8();
+    const int type = type_of(type_byte);
+    int slot_type[kSlots];
+    assign_types(slot_type, type, type_byte);
 
     c.Sk = 1 + in.below(4);
     c.Sv = 1 + in.below(4);
@@ -468,11 +534,12 @@ Call decode_call(ByteReader &in) {
     }
 
     // Layout, in a byte range that becomes the arena.
-    const int64_t elem = element_bytes(type) ? element_bytes(type) : 4;
+    auto elem_of = [&](int slot) { return element_bytes(slot_type[slot]) ? element_bytes(slot_type[slot]) : 4; };
+    const int64_t elem = elem_of(Q);  // q/k/v's and dq/dk/dv's, which packed views share
     Placer placer;
     int64_t offsets[kSlots] = {};
     for (int i = 0; i < kSlots; ++i) {
-        set_raw_type(c.t[i], type);
+        set_raw_type(c.t[i], slot_type[i]);
         shape_of(c, i, c.t[i].ne);
     }
     if (packed_inputs) place_packed(c, Q, K, V, elem, placer, offsets);
@@ -480,7 +547,7 @@ Call decode_call(ByteReader &in) {
     for (int i = 0; i < kSlots; ++i) {
         if (!c.used(i) || (packed_inputs && i <= V) || (packed_grads && c.backward && i >= DQ && i <= DV)) continue;
         const bool value_major = state_shaped(i) && (serving & (1 << (i == STATE ? 0 : i == STATES ? 1 : i == D_STATES ? 2 : 3)));
-        set_strides(c.t[i], elem, static_cast<Layout>(in.below(3)), value_major);
+        set_strides(c.t[i], elem_of(i), static_cast<Layout>(in.below(3)), value_major);
         int64_t span = 0;
         tensor_span(c.t[i], span);
         offsets[i] = placer.take(span);
@@ -491,11 +558,13 @@ Call decode_call(ByteReader &in) {
     const int indices_type = i32_indices ? GDN_TYPE_I32 : GDN_TYPE_I64;
     const int64_t indices_at = pooled ? placer.take((state_sequences(c) + 1) * element_bytes(indices_type)) : 0;  // + 1 spare
     c.arena = std::make_unique<Arena>(static_cast<size_t>(placer.cursor));
-    fill_values(*c.arena, type, in.u64());
+    const uint64_t value_seed = in.u64();
+    fill_values(*c.arena, type, value_seed);
     for (int i = 0; i < kSlots; ++i) {
         if (!c.used(i)) continue;
         c.t[i].data = c.arena->payload() + offsets[i];
         c.pointer_passed[i] = true;
+        if (element_bytes(slot_type[i]) == 2) fill_half_values(c.t[i], value_seed + static_cast<uint64_t>(i));
     }
     if (!with_s0) c.t[STATE].data = nullptr;
     const int optional[] = {OUT, STATES, D_OUT, D_STATES, DQ, DK, DV, DG};
@@ -507,7 +576,8 @@ Call decode_call(ByteReader &in) {
         gdn_tensor &t = c.t[in.below(kSlots)];
         const int64_t index = in.u16();
         const int kind = in.u8();
-        if (t.data != nullptr && (raw_type(t) == GDN_TYPE_F32 || raw_type(t) == GDN_TYPE_F64)) put_special(t, index % element_count(t), kind);
+        if (t.data != nullptr && element_bytes(raw_type(t)) > 0 && !integer_type(raw_type(t)))
+            put_special(t, index % element_count(t), kind);
     }
     if (c.sequences > 0) {
         gdn_tensor &o = c.cu_seqlens;
@@ -538,6 +608,7 @@ Call decode_call(ByteReader &in) {
     if (c.slots > 0)
         for (int n = in.below(4); n > 0; --n) mutate_index_tensor(c, c.state_indices, state_sequences(c) + 1, in);
     c.params = decode_params(in);
+    c.precision = decode_precision(in);
     return c;
 }
 

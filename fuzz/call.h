@@ -2,7 +2,9 @@
 // input in two steps: a well-formed call of small sizes laid out in an arena (contiguous,
 // padded, transposed or packed views; value-major states; packed sequences; a state pool),
 // then a few mutations (NULLs, bogus pointers, odd counts and strides, wrong types, aliasing,
-// non-finite values, odd scale and head map, bad offsets and pool indices).
+// non-finite values, odd scale and head map, bad offsets and pool indices). Element types follow
+// SPEC 3.1's rule (q/k/v of one type, beta that or F32, g F32 or BF16, F32 states) or break it on
+// purpose; the precision is EXACT, BF16 or a value outside the enum.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,7 @@ struct Call {
     double scale = 0.0;
     int scale_is_explicit = 0;     // SPEC 2: scale used as given, 0 included
     int head_map = GDN_HEAD_MAP_TILED;
+    int precision = GDN_PRECISION_EXACT;  // gdn_problem.precision, any int (out of range: invalid)
 
     // Packed sequences (docs/VARLEN.md): N sequences in one stream (B = Bq = 1), the offsets
     // in the arena as I32 or I64. Not a Slot: the generic mutations leave it alone (their
@@ -71,12 +74,15 @@ struct Call {
 
 bool default_params(const gdn_context_params &p);
 
+// An element of a BF16 or F16 tensor as a double (exact; NaN and Inf kept).
+double half_value(int type, uint16_t bits);
+
 // Decodes a whole call; never fails (every byte string is some call).
 Call decode_call(ByteReader &in);
 
 // A caller may store any int in an enum field (C allows it); C++ code must not load an enum
 // holding a value outside its enumerators, so the target reads and writes these as ints.
-static_assert(sizeof(gdn_type) == sizeof(int) && sizeof(gdn_head_map) == sizeof(int));
+static_assert(sizeof(gdn_type) == sizeof(int) && sizeof(gdn_head_map) == sizeof(int) && sizeof(gdn_precision) == sizeof(int));
 inline int raw_type(const gdn_tensor &t) {
     int v;
     std::memcpy(&v, &t.type, sizeof v);

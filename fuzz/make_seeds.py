@@ -15,6 +15,11 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "api")
 Q, K, V, G, BETA, STATE, OUTP, STATES, D_OUT, D_STATES, DQ, DK, DV, DG, DBETA, DSTATE = range(16)
 # Type picks (type_of in call.cpp): 0 F32, 1 F64, 4 F16, 5 BF16, 6 -> 7, 7 -> -1.
 F32, F64, F16, BF16, BAD_TYPE, NEG_TYPE = 0, 1, 4, 5, 6, 7
+# Bits of the same byte (assign_types in call.cpp): beta F32, g the other of F32/BF16, the states
+# in q's type, g in q's type.
+BETA_F32, G_FLIP, STATES_X, G_X = 8, 16, 32, 64
+# gdn_problem.precision picks (decode_precision in call.cpp): EXACT, BF16, 2, -1, INT_MAX, INT_MIN.
+PRECISION = {"exact": 0, "bf16": 1, "2": 3, "-1": 4, "int_max": 5, "int_min": 6}
 # Mutation fields (mutate in call.cpp).
 (M_NULL, M_BOGUS, M_NE, M_NB, M_TYPE, M_SHIFT, M_ALIAS, M_NO_POINTER, M_NO_PROBLEM, M_NO_GRADS,
  M_HEAD_MAP, M_SCALE, M_SAME_STRIDE, M_GROW) = range(14)
@@ -31,7 +36,7 @@ def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv
          b_mult=2, K=1, kda=False, grouped=False, s0=True, packed=False, packed_grads=False,
          omit=(), layout=CONTIGUOUS, seed=12345, specials=(), mutations=(),
          drops=None, i32=False, offset_mutations=(), params=None,
-         value_major=(), pool=None, in_place=False, index_mutations=()):
+         value_major=(), pool=None, in_place=False, index_mutations=(), types=0, precision=None):
     # drops: packed sequences (cu_seqlens): the offsets 0..T with these interior entries
     # removed one after another (index into the remaining interior); None: not packed.
     # value_major: the state slots (STATE, STATES, D_STATES, DSTATE) laid out value-major.
@@ -42,7 +47,8 @@ def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv
     serving = sum(1 << i for i, slot in enumerate((STATE, STATES, D_STATES, DSTATE)) if slot in value_major)
     serving |= (16 if pool is not None else 0) | (32 if pool and pool.get("i32") else 0) | (64 if in_place else 0)
     op = (1 if backward else 0) | (6 if check else 0)
-    b = bytearray([op, backend, type_, Sk - 1, Sv - 1, Hk - 1, hv_mult - 1, T - 1, Bq - 1, b_mult - 1, K - 1])
+    # types: bits of the type byte (BETA_F32 ...); precision: a PRECISION pick (None: EXACT).
+    b = bytearray([op, backend, type_ | types, Sk - 1, Sv - 1, Hk - 1, hv_mult - 1, T - 1, Bq - 1, b_mult - 1, K - 1])
     b.append((1 if kda else 0) | (2 if grouped else 0) | (0 if s0 else 4) | (8 if packed else 0) |
              (16 if packed_grads else 0) | (32 if drops is not None else 0) | (64 if i32 else 0) |
              (128 if serving else 0))
@@ -87,6 +93,10 @@ def call(backward=False, check=False, backend=0, type_=F32, Sk=4, Sv=4, Hk=1, hv
             b += bytes(m)
     if params is not None:
         b += b"P" + bytes(params)
+    if precision is not None:
+        if params is None:
+            b.append(0)  # no parameters: the defaults
+        b += b"R" + bytes([precision])
     return bytes(b)
 
 
@@ -124,11 +134,47 @@ SEEDS = {
     "backend-empty-name": call(backend=7),
     "backend-unknown": call(backend=8),
     "backend-null": call(backend=9),
-    # Types.
+    # Types (SPEC 3.1): valid combinations (bf16/f16 q/k/v with beta of their type or F32, g F32 or
+    # BF16, F32 states; as packed views of one buffer, with value-major states and pools), then
+    # each rule broken once.
     "type-f16": call(type_=F16),
     "type-bf16": call(backward=True, type_=BF16),
+    "type-bf16-beta-f32-g-f32": call(backward=True, type_=BF16, types=BETA_F32 | G_FLIP, kda=True),
+    "type-f16-g-bf16": call(backward=True, type_=F16, types=G_FLIP, layout=PADDED),
+    "type-f32-g-bf16": call(type_=F32, types=G_FLIP),
+    "type-bf16-packed-qkv": call(type_=BF16, packed=True, Hk=2, hv_mult=2, T=4),
+    "type-bf16-packed-grads": call(backward=True, type_=BF16, packed=True, packed_grads=True, Hk=2),
+    "type-bf16-varlen-pool-vmajor": call(type_=BF16, T=6, drops=[1, 0], value_major=(STATE, STATES),
+                                         pool={"extra": 2, "defects": [0, 0, 160, 0]}, in_place=True),
+    "type-bf16-pool-bwd": call(backward=True, type_=BF16, value_major=(STATE, D_STATES, DSTATE), pool={"extra": 2}, Bq=2, b_mult=1),
+    "type-bf16-cpu": call(backend=4, type_=BF16, backward=True),
+    "type-bf16-nan-inf": call(type_=BF16, specials=[(Q, 1, 0), (G, 0, 1), (V, 2, 3)]),
+    "type-f16-huge": call(type_=F16, backward=True, specials=[(K, 0, 3), (D_OUT, 1, 4)]),
+    "type-bf16-states-bf16": call(type_=BF16, types=STATES_X),
+    "type-f16-states-f16-bwd": call(backward=True, type_=F16, types=STATES_X),
+    "type-f16-g-f16": call(type_=F16, types=G_X),
+    "type-f16-g-f16-bwd": call(backward=True, type_=F16, types=G_X),
+    "type-bf16-k-f16": call(type_=BF16, mutations=[mut(K, M_TYPE, 0, F16)]),
+    # (a type of the same size, so that the strides stay right and the type rule is what refuses)
+    "type-bf16-out-f16": call(type_=BF16, mutations=[mut(OUTP, M_TYPE, 0, F16)]),
+    "type-bf16-dbeta-f16": call(backward=True, type_=BF16, mutations=[mut(DBETA, M_TYPE, 0, F16)]),
+    "type-bf16-dg-f16": call(backward=True, type_=BF16, mutations=[mut(DG, M_TYPE, 0, F16)]),
+    "type-f16-dv-bf16": call(backward=True, type_=F16, mutations=[mut(DV, M_TYPE, 0, BF16)]),
+    "type-f16-d-out-bf16": call(backward=True, type_=F16, mutations=[mut(D_OUT, M_TYPE, 0, BF16)]),
+    "type-bf16-beta-f16": call(type_=BF16, mutations=[mut(BETA, M_TYPE, 0, F16)]),
+    "type-bf16-scale-negative": call(type_=BF16, mutations=[mut(Q, M_SCALE, 0, 0, 2)]),
     "type-invalid": call(type_=BAD_TYPE),
     "type-negative": call(type_=NEG_TYPE, backward=True),
+    # Precision: EXACT and BF16 on every type, then values outside the enum.
+    "precision-bf16-f32": call(precision=PRECISION["bf16"]),
+    "precision-bf16-bf16-bwd": call(backward=True, type_=BF16, precision=PRECISION["bf16"], kda=True),
+    "precision-bf16-f64": call(type_=F64, precision=PRECISION["bf16"]),
+    "precision-bf16-cpu": call(backend=4, backward=True, precision=PRECISION["bf16"], params=[0, CHUNK["3"], 0], T=5),
+    "precision-bf16-f16-varlen": call(type_=F16, T=6, drops=[0], precision=PRECISION["bf16"]),
+    "precision-2": call(precision=PRECISION["2"]),
+    "precision-negative-bwd": call(backward=True, type_=BF16, precision=PRECISION["-1"]),
+    "precision-int-max": call(precision=PRECISION["int_max"]),
+    "precision-int-min-check": call(check=True, precision=PRECISION["int_min"]),
     # Non-finite values in inputs.
     "nan-in-q": call(specials=[(Q, 1, 0)]),
     "inf-in-g": call(specials=[(G, 0, 1)], backward=True),

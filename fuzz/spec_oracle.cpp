@@ -176,8 +176,12 @@ Judgement judge(const Call &c) {
     };
     if (c.problem_null) return invalid("problem is NULL");
     if (c.head_map != GDN_HEAD_MAP_TILED && c.head_map != GDN_HEAD_MAP_GROUPED) return invalid("head_map out of range");
+    if (c.precision != GDN_PRECISION_EXACT && c.precision != GDN_PRECISION_BF16) return invalid("precision out of range");
     if (!std::isfinite(c.scale)) return invalid("scale not finite");
-    if (raw_type(c.t[Q]) == GDN_TYPE_F32 && std::fabs(c.scale) > 3.4028234663852886e38) return invalid("scale past float");
+    // A call with F32 states (every q type but F64) computes with a float scale.
+    const int q_type = raw_type(c.t[Q]);
+    const bool f32_states = q_type == GDN_TYPE_F32 || q_type == GDN_TYPE_BF16 || q_type == GDN_TYPE_F16;
+    if (f32_states && std::fabs(c.scale) > 3.4028234663852886e38) return invalid("scale past float");
     if (c.backward && c.grads_null) return invalid("grads is NULL");
 
     std::string why;
@@ -191,9 +195,23 @@ Judgement judge(const Call &c) {
     const bool packed = c.cu_seqlens.data != nullptr, pooled = c.state_indices.data != nullptr;
     if (packed && !intrinsic(c.cu_seqlens, "cu_seqlens", why)) return invalid(why);
     if (pooled && !intrinsic(c.state_indices, "state_indices", why)) return invalid(why);
-    if (integer_type(raw_type(c.t[Q]))) return invalid("q: an integer type (only cu_seqlens takes I32 / I64)");
-    for (int i = 0; i < kSlots; ++i)
-        if (c.present(i) && raw_type(c.t[i]) != raw_type(c.t[Q])) return invalid(say(slot_name(i), "type differs from q"));
+    if (integer_type(q_type)) return invalid("q: an integer type (only cu_seqlens takes I32 / I64)");
+    // SPEC 3.1: F64 throughout, or q/k/v/out/d_out/dq/dk/dv of q's type X (F32, BF16, F16), beta X
+    // or F32, g F32 or BF16, their gradients of their types, the states F32. q, k, v, g and beta
+    // are judged whether or not they hold data (the library reads their descriptors always).
+    for (int i = 0; i < kSlots; ++i) {
+        if (!c.present(i) && i > BETA) continue;
+        const int type = raw_type(c.t[i]);
+        bool ok = false;
+        if (q_type == GDN_TYPE_F64) ok = type == GDN_TYPE_F64;
+        else if (i == BETA) ok = type == q_type || type == GDN_TYPE_F32;
+        else if (i == G) ok = type == GDN_TYPE_F32 || type == GDN_TYPE_BF16;
+        else if (i == DBETA) ok = type == raw_type(c.t[BETA]);
+        else if (i == DG) ok = type == raw_type(c.t[G]);
+        else if (state_shaped(i)) ok = type == GDN_TYPE_F32;
+        else ok = type == q_type;  // k, v, out, d_out, dq, dk, dv
+        if (!ok) return invalid(say(slot_name(i), "type outside the rule of SPEC 3.1"));
+    }
 
     const gdn_tensor &q = c.t[Q], &v = c.t[V];
     const int64_t Sk = q.ne[0], Hk = q.ne[1], T = q.ne[2], Bq = q.ne[3], Sv = v.ne[0], Hv = v.ne[1], B = v.ne[3];

@@ -40,7 +40,8 @@ TEST(GgmlDropIn, AgreesWithUpstreamOnEveryHarnessCaseItTakes) {
             // What upstream refuses is a real limit of its op, not of the drop-in's dry run.
             EXPECT_TRUE(why.find("Sk == Sv") != std::string::npos || why.find("tiled") != std::string::npos ||
                         why.find("cu_seqlens") != std::string::npos || why.find("value-major") != std::string::npos ||
-                        why.find("state_indices") != std::string::npos) << why;
+                        why.find("state_indices") != std::string::npos || why.find("takes F32 tensors") != std::string::npos)
+                << why;
             continue;
         }
         RunResult a = run_case(c, inputs, upstream), b = run_case(c, inputs, dropin);

@@ -26,9 +26,10 @@ namespace {
 // Runs in the worker: times one case on one backend.
 class PerfRunner final : public ItemRunner {
 public:
-    PerfRunner(const Options &o, const Peak &peak, const std::vector<testkit::BackendSpec> &backends,
+    PerfRunner(const Options &o, const Peak &peak, const Peak &bf16_peak, const std::vector<testkit::BackendSpec> &backends,
                const std::vector<WorkItem> &items)
-        : o_(o), best_peak_(peak.gflops), backends_(backends), items_(items), sessions_(o.threads, o.chunk_size) {}
+        : o_(o), best_peak_(peak.gflops), best_bf16_peak_(bf16_peak.gflops), backends_(backends), items_(items),
+          sessions_(o.threads, o.chunk_size) {}
 
     std::optional<Record> run(size_t i, bool &) override {
         const WorkItem &item = items_[i];
@@ -66,6 +67,10 @@ public:
         // 2-core VM: 117 against 229 GFLOP/s, which reported 118% of peak).
         if (session->memory().is_host()) best_peak_ = std::max(best_peak_, measure_peak(o_.threads, 0.12).gflops);
         const double peak = session->memory().is_host() ? best_peak_ : 0;
+        // precision=bf16 rows are also measured against the bf16 products' ceiling, where the
+        // host has bf16 dot products (the backend may use them there, and only there).
+        const bool bf16_products = c.precision == GDN_PRECISION_BF16 && session->memory().is_host() && best_bf16_peak_ > 0;
+        if (bf16_products) best_bf16_peak_ = std::max(best_bf16_peak_, measure_bf16_peak(o_.threads, 0.12).gflops);
         gdn_status status = call();  // warm-up: workspace, caches, clocks
         session->memory().synchronize();
         std::vector<double> times, cpu_times;
@@ -108,6 +113,10 @@ public:
                       {"workspace_MiB", static_cast<double>(session->workspace_bytes()) / (1 << 20)},
                       {"runs", static_cast<double>(times.size())}};
         if (peak > 0) rec.values.push_back({"peak_GFLOP/s", peak});
+        if (bf16_products) {
+            rec.values.push_back({"%bf16peak", 100.0 * gflops / best_bf16_peak_});
+            rec.values.push_back({"bf16_peak_GFLOP/s", best_bf16_peak_});
+        }
         if (state_bound) {
             const double state_gbps = state_bytes / median / 1e9;
             rec.values.push_back({"state_GB/s", state_gbps});
@@ -119,7 +128,8 @@ public:
 
 private:
     const Options &o_;
-    double best_peak_;  // GFLOP/s
+    double best_peak_;       // GFLOP/s
+    double best_bf16_peak_;  // GFLOP/s, 0 where the host has no bf16 dot products
     const std::vector<testkit::BackendSpec> &backends_;
     const std::vector<WorkItem> &items_;
     SessionCache sessions_;
@@ -143,13 +153,29 @@ int run_perf(const Options &o) {
     report.fact("peak_isa", peak.isa);
     report.fact("peak_threads", peak.threads);
     report.fact("startup_peak_GFLOP/s", peak.gflops);
+    // The bf16 peak only when a precision=bf16 row is to run (it costs a third of a second).
+    const bool bf16_rows = std::any_of(cases.begin(), cases.end(), [](const testkit::Case &c) { return c.precision == GDN_PRECISION_BF16; });
+    const Peak bf16_peak = bf16_rows ? measure_bf16_peak(o.threads) : Peak{};
+    if (bf16_rows) {
+        if (bf16_peak.gflops > 0) {
+            std::snprintf(head, sizeof head,
+                          "bf16 peak (bf16 products, F32 sums) on this machine: %.1f GFLOP/s (%s, %d thread%s; "
+                          "precision=bf16 rows: %%bf16peak)",
+                          bf16_peak.gflops, bf16_peak.isa, bf16_peak.threads, bf16_peak.threads == 1 ? "" : "s");
+            report.say(head);
+        } else {
+            report.say("bf16 peak: this machine has no bf16 dot-product instruction (precision=bf16 computes as EXACT here)");
+        }
+        report.fact("bf16_peak_isa", bf16_peak.isa);
+        report.fact("startup_bf16_peak_GFLOP/s", bf16_peak.gflops);
+    }
     const std::vector<WorkItem> items = work_items(backends.size(), cases, 1);
     ItemPlan plan;
     plan.count = items.size();
     plan.describe = [&](size_t i) {
         return Record{backends[items[i].backend].label, items[i].c->label(), items[i].c->group, Verdict::Fail, "", {}};
     };
-    plan.make_runner = [&] { return std::make_unique<PerfRunner>(o, peak, backends, items); };
+    plan.make_runner = [&] { return std::make_unique<PerfRunner>(o, peak, bf16_peak, backends, items); };
     run_items(report, plan, o.isolate);
     return report.finish();
 }

@@ -20,7 +20,7 @@ const char kUsage[] =
     "  grad     each backend's backward against finite differences of the REF forward in F64\n"
     "  perf     median time, CPU time, tokens/s, canonical GFLOP/s and % of this machine's F32 FMA peak\n"
     "  support  which backend takes which case\n"
-    "  list     the cases test, grad and support run, by group (seed, model, edge, fd, varlen, serving);\n"
+    "  list     the cases test, grad and support run, by group (seed, model, edge, fd, varlen, serving, types);\n"
     "           list GROUP: that group only; list perf: the cases perf runs; list --preset: the presets\n"
     "\n"
     "options:\n"
@@ -50,7 +50,9 @@ const char kUsage[] =
     "Case labels name the shape and data of a case; serving cases add state=vmajor (value-major states)\n"
     "or state=mixed (inputs value-major, outputs key-major), slots=S,idx=PATTERN[:i32] (a state pool of S\n"
     "slots, state_indices in order, with gaps, reversed, shuffled or with negative entries) and inplace=1\n"
-    "(states is the state tensor itself).\n"
+    "(states is the state tensor itself). Cases in narrower types add type=bf16 or type=f16 (q/k/v, out, d_out\n"
+    "and their gradients; beta and g in it where the rule allows, beta_type=/g_type= where not; states F32) and\n"
+    "precision=bf16 (bf16 products allowed); test holds them, REF included, to REF in F64 on the same values.\n"
     "\n"
     "Exit status: 0 when everything that ran passed, 1 when a case failed or nothing ran, 2 for a\n"
     "command line or model source that cannot be used.\n";
@@ -265,8 +267,16 @@ std::vector<testkit::Case> select_cases(const Options &o) {
         const std::vector<int64_t> tokens = perf_cases ? std::vector<int64_t>{1, 4, 16, 64, 512, 4096}
                                                        : std::vector<int64_t>{1, 64, 130};
         all = testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, tokens, "model");
-        if (perf_cases)
+        if (perf_cases) {
+            // The prefill in bf16 tensors, computed exactly and in bf16 products, beside the F32 one.
+            for (gdn_precision precision : {GDN_PRECISION_EXACT, GDN_PRECISION_BF16})
+                for (testkit::Case c : testkit::model_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, {tokens.back()}, "model")) {
+                    c.use_type(GDN_TYPE_BF16);
+                    c.precision = precision;
+                    all.push_back(c);
+                }
             for (const testkit::Case &c : testkit::serving_decode_cases(m.name, m.Sk, m.Sv, m.Hk, m.Hv, "model")) all.push_back(c);
+        }
         for (testkit::Case &c : all) c.heads = m.heads;
     } else {
         all = perf_cases ? testkit::perf_cases() : testkit::default_cases();

@@ -41,6 +41,24 @@ __attribute__((target("avx512f"))) double fma_avx512(long steps) {
     return 2.0 * 16 * kChains * static_cast<double>(steps);
 }
 
+// vdpbf16ps: each of the 16 F32 lanes adds the products of two bf16 pairs, 64 FLOP an
+// instruction. The operands are all 1.0 (bf16 0x3F80) and the accumulators start near 1: the
+// sums grow linearly and stay finite for any run length here.
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_avx512(long steps) {
+    __m512 acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + c * 1e-3f);
+    const __m512bh ones = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3F80));
+    for (long s = 0; s < steps; ++s)
+        for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], ones, ones);
+    __m512 sum = acc[0];
+    for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    volatile float sink = lanes[0];
+    (void)sink;
+    return 4.0 * 16 * kChains * static_cast<double>(steps);
+}
+
 __attribute__((target("avx2,fma"))) double fma_avx2(long steps) {
     __m256 acc[kChains];
     for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + c * 1e-3f);
@@ -111,6 +129,9 @@ double run_threads(const std::function<double(int)> &work, int threads, double s
     return total;
 }
 
+// The best of several windows of `kernel` on p.threads threads (see measure_peak).
+Peak best_rate(Peak p, Kernel kernel, double seconds);
+
 int thread_count(int threads) { return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
 }  // namespace
@@ -132,6 +153,27 @@ Peak measure_peak(int threads, double seconds) {
     kernel = fma_neon;  // Advanced SIMD is part of AArch64
     p.isa = "neon";
 #endif
+    return best_rate(p, kernel, seconds);
+}
+
+Peak measure_bf16_peak(int threads, double seconds) {
+    Peak p;
+    p.threads = thread_count(threads);
+    p.isa = "none";
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512bf16")) {
+        p.isa = "avx512_bf16";
+        return best_rate(p, dpbf16_avx512, seconds);
+    }
+#endif
+    (void)seconds;
+    return p;
+}
+
+namespace {
+
+Peak best_rate(Peak p, Kernel kernel, double seconds) {
     const auto fma = [kernel](int) { return kernel(kSteps); };
     run_threads(fma, p.threads, 0.05);  // wake the cores
     // The best of several windows: the peak is a ceiling, and a window in which a core was lent
@@ -144,6 +186,8 @@ Peak measure_peak(int threads, double seconds) {
         p.gflops = std::max(p.gflops, run_threads(fma, p.threads, seconds / windows) / 1e9);
     return p;
 }
+
+}  // namespace
 
 double measure_copy_gbps(int threads, int64_t bytes, double seconds) {
     threads = thread_count(threads);

@@ -50,6 +50,25 @@ const char *slot_pattern_name(SlotPattern p) {
     return "?";
 }
 
+const char *type_name(gdn_type t) {
+    switch (t) {
+        case GDN_TYPE_F32: return "f32";
+        case GDN_TYPE_F64: return "f64";
+        case GDN_TYPE_BF16: return "bf16";
+        case GDN_TYPE_F16: return "f16";
+        case GDN_TYPE_I32: return "i32";
+        case GDN_TYPE_I64: return "i64";
+    }
+    return "?";
+}
+
+ElementTypes ElementTypes::of(gdn_type x) {
+    ElementTypes t;
+    t.x = t.beta = x;
+    t.g = x == GDN_TYPE_BF16 ? GDN_TYPE_BF16 : GDN_TYPE_F32;
+    return t;
+}
+
 std::vector<int64_t> slot_indices(SlotPattern pattern, int64_t n, int64_t slots) {
     std::vector<int64_t> out(static_cast<size_t>(n));
     std::vector<int64_t> permutation(static_cast<size_t>(slots));
@@ -106,6 +125,14 @@ std::string Case::label() const {
                    (pool.index_type == GDN_TYPE_I32 ? ":i32" : "");
     if (in_place) serving += ",inplace=1";
     if (!serving.empty()) out.insert(out.size() - 1, serving);
+    // The element types and precision, likewise only where they are not the default.
+    std::string types_text;
+    const ElementTypes defaults = ElementTypes::of(types.x);
+    if (types.x != GDN_TYPE_F32) types_text += std::string(",type=") + type_name(types.x);
+    if (types.beta != defaults.beta) types_text += std::string(",beta_type=") + type_name(types.beta);
+    if (types.g != defaults.g) types_text += std::string(",g_type=") + type_name(types.g);
+    if (precision == GDN_PRECISION_BF16) types_text += ",precision=bf16";
+    if (!types_text.empty()) out.insert(out.size() - 1, types_text);
     return out;
 }
 
@@ -559,6 +586,74 @@ void serving_group(std::vector<Case> &out) {
     }
 }
 
+// Narrow element types and bf16 products (SPEC 3.1): the models' shapes (27B, 80B, and a KDA gate
+// at the 27B shape) with q/k/v as views into one bf16 (or f16) projection buffer, beta and g as
+// the rule allows and as overridden; packed sequences, a value-major state pool, and small shapes
+// where grad's finite differences sample most elements. Few, since the suite runs on 2 cores.
+void types_group(std::vector<Case> &out) {
+    auto model = [&](const char *name, int64_t Hv, int64_t T, gdn_type x) {
+        Case c = model_cases(name, 128, 128, 16, Hv, {T}, "types").front();
+        c.use_type(x);
+        return c;
+    };
+    add_both_ops(out, model("qwen3.5-27b", 48, 64, GDN_TYPE_BF16));
+    {
+        Case c = model("qwen3.5-27b", 48, 130, GDN_TYPE_BF16);
+        c.precision = GDN_PRECISION_BF16;
+        add_both_ops(out, c);
+    }
+    add_both_ops(out, model("qwen3-next-80b-a3b", 32, 65, GDN_TYPE_F16));
+    {
+        Case c = model("qwen3.5-27b", 48, 64, GDN_TYPE_BF16);  // KDA: a gate per key channel, beta in F32
+        c.kda = true;
+        c.types.beta = GDN_TYPE_F32;
+        add_both_ops(out, c);
+    }
+    {
+        Case c = model("qwen3.5-27b", 48, 1, GDN_TYPE_BF16);  // decoding into a value-major pool, in place
+        c.shape.B = c.shape.Bq = 3;
+        c.state_layout = StateLayout::ValueMajor;
+        c.use_pool(5, SlotPattern::Shuffled);
+        c.in_place = true;
+        add_both_ops(out, c);
+    }
+    Shape small;
+    small.Sk = small.Sv = 16;
+    small.Hk = 2;
+    small.Hv = 4;
+    small.T = 300;
+    {
+        Case c = make("types", small, false, true);  // packed sequences in bf16 products
+        c.pack(7);
+        c.strided = true;
+        c.use_type(GDN_TYPE_BF16);
+        c.precision = GDN_PRECISION_BF16;
+        add_both_ops(out, c);
+    }
+    Shape fd = small;  // the fd group's size
+    fd.Sk = fd.Sv = 4;
+    fd.T = 9;
+    fd.B = fd.Bq = 2;
+    {
+        Case c = make("types", fd, true, true);
+        c.use_type(GDN_TYPE_BF16);
+        c.precision = GDN_PRECISION_BF16;
+        add_both_ops(out, c);
+    }
+    {
+        Case c = make("types", fd, false, true);  // f16 with a bf16 gate
+        c.use_type(GDN_TYPE_F16);
+        c.types.g = GDN_TYPE_BF16;
+        add_both_ops(out, c);
+    }
+    {
+        Case c = make("types", fd, false, false);  // F32 tensors, bf16 products
+        c.precision = GDN_PRECISION_BF16;
+        c.state_layout = StateLayout::ValueMajor;
+        add_both_ops(out, c);
+    }
+}
+
 std::vector<Case> default_cases() {
     std::vector<Case> out;
     seed_group(out);
@@ -567,11 +662,20 @@ std::vector<Case> default_cases() {
     fd_group(out);
     varlen_group(out);
     serving_group(out);
+    types_group(out);
     return out;
 }
 
 std::vector<Case> perf_cases() {
     std::vector<Case> out = model_cases("qwen3.5-27b", 128, 128, 16, 48, {1, 512, 4096}, "perf");
+    // Beside the F32 rows at T = 4096: bf16 tensors computed exactly, and bf16 tensors in bf16
+    // products (docs/PERF.md compares the three).
+    for (gdn_precision precision : {GDN_PRECISION_EXACT, GDN_PRECISION_BF16})
+        for (Case c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {4096}, "perf")) {
+            c.use_type(GDN_TYPE_BF16);
+            c.precision = precision;
+            out.push_back(c);
+        }
     for (const Case &c : model_cases("qwen3-next-80b-a3b", 128, 128, 16, 32, {4096}, "perf")) out.push_back(c);
     for (Case c : model_cases("qwen3.5-27b", 128, 128, 16, 48, {512}, "perf")) {
         c.kda = true;

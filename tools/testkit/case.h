@@ -38,8 +38,20 @@ struct StatePool {
     std::vector<int32_t> indices_i32;  // the same, passed to the library when index_type is I32
 };
 
+// The element types of a case (SPEC 3.1): q, k, v, out, d_out and their gradients in `x`; beta
+// and its gradient in `beta`, g and its gradient in `g`; the states always F32 (F64 in the
+// oracle's twin, see make_inputs). All F32 by default.
+struct ElementTypes {
+    gdn_type x = GDN_TYPE_F32;
+    gdn_type beta = GDN_TYPE_F32;
+    gdn_type g = GDN_TYPE_F32;
+    // x, with beta and g in x where SPEC 3.1 allows it (g is F32 or BF16: F32 beside F16).
+    static ElementTypes of(gdn_type x);
+    bool all_f32() const { return x == GDN_TYPE_F32 && beta == GDN_TYPE_F32 && g == GDN_TYPE_F32; }
+};
+
 struct Case {
-    std::string group;  // seed, model, edge, fd, perf
+    std::string group;  // seed, model, edge, fd, varlen, serving, types, perf
     Op op = Op::Forward;
     Shape shape;
     bool kda = false;                            // per-channel gate (width Sk)
@@ -55,6 +67,14 @@ struct Case {
     StateLayout state_layout = StateLayout::KeyMajor;
     StatePool pool;
     bool in_place = false;  // forward: states is the state tensor itself (needs s0 and K = 1)
+    ElementTypes types;     // SPEC 3.1
+    gdn_precision precision = GDN_PRECISION_EXACT;
+
+    // Whether some tensor is narrower than F32 or the products may be: the case is held to the
+    // F64 oracle on its converted inputs, with limits from the types' unit roundoff (thresholds.h).
+    bool narrow() const { return !types.all_f32() || precision != GDN_PRECISION_EXACT; }
+    // Sets q/k/v (and out, d_out, their gradients) to x, beta and g to x where SPEC 3.1 allows.
+    void use_type(gdn_type x) { types = ElementTypes::of(x); }
 
     int64_t sequences() const { return cu_seqlens.empty() ? 0 : static_cast<int64_t>(cu_seqlens.size()) - 1; }
     // Sequences that own a state (without a pool, the states tensors' ne[3] is this times K).
@@ -75,7 +95,8 @@ struct Case {
 
     // GATED_DELTA_NET_BACK(Sk=128,Sv=128,Hk=16,Hv=48,T=130,B=2,Bq=2,gate=scalar,heads=tiled,qk=strided,s0=1,K=1,g=mild,beta=rand)
     // followed, where they apply, by seqs=N (packed), state=vmajor|mixed (not key-major),
-    // slots=S,idx=PATTERN[:i32] (a pool) and inplace=1.
+    // slots=S,idx=PATTERN[:i32] (a pool) and inplace=1, then type=bf16|f16 (q/k/v's type, when
+    // not F32), beta_type=T and g_type=T (where they differ from type's default) and precision=bf16.
     std::string label() const;
     const char *op_name() const { return op == Op::Forward ? "GATED_DELTA_NET" : "GATED_DELTA_NET_BACK"; }
     // Seed of the case's data: fixed per case (a hash of the label), offset by the run's seed.
@@ -97,14 +118,16 @@ const char *gate_name(Gate g);
 const char *beta_name(BetaFill b);
 const char *state_layout_name(StateLayout l);  // kmajor, vmajor, mixed
 const char *slot_pattern_name(SlotPattern p);  // order, gaps, reversed, shuffled, negative
+const char *type_name(gdn_type t);             // f32, f64, bf16, f16, i32, i64
 
 // The slot of each of n sequences in a pool of `slots` under `pattern` (fixed by the three).
 std::vector<int64_t> slot_indices(SlotPattern pattern, int64_t n, int64_t slots);
 
-// Every case of the default list, in groups seed, model, edge, fd, varlen, serving; each shape
+// Every case of the default list, in groups seed, model, edge, fd, varlen, serving, types; each shape
 // for both ops.
 std::vector<Case> default_cases();
-// The perf cases (group perf): 27B at T = 1, 512, 4096; 80B at 4096; a KDA case; 27B with
+// The perf cases (group perf): 27B at T = 1, 512, 4096, and at 4096 with bf16 tensors (computed
+// exactly, and in bf16 products); 80B at 4096; a KDA case; 27B with
 // 4096 tokens packed as 64 sequences (to compare with the one 4096-token sequence), with and
 // without s0; serving decode at the 27B shape: 1, 16 and 64 requests of 1 and 4 tokens whose
 // value-major states are updated in place in a pool.

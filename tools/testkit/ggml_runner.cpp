@@ -64,10 +64,11 @@ public:
                 why = "ggml's gated delta net keeps states key-major (nb[0] = element size); this case's are value-major";
                 return GDN_ERROR_UNSUPPORTED;
             }
-        if (p.q.type != GDN_TYPE_F32) {
-            why = "ggml's gated delta net takes F32 tensors";
-            return GDN_ERROR_TYPE;
-        }
+        for (const gdn_tensor *t : {&p.q, &p.k, &p.v, &p.g, &p.beta, &p.state, out, states})
+            if (t && t->data && t->type != GDN_TYPE_F32) {
+                why = "ggml's gated delta net takes F32 tensors";
+                return GDN_ERROR_TYPE;
+            }
         if (p.head_map != GDN_HEAD_MAP_TILED) {
             why = "ggml's gated delta net maps value head h to key head h % Hk (tiled), not grouped";
             return GDN_ERROR_UNSUPPORTED;

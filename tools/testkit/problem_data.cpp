@@ -1,6 +1,9 @@
 #include "problem_data.h"
 
 #include <cmath>
+#include <string>
+
+#include "math/elements.h"
 
 #include "random.h"
 
@@ -14,17 +17,19 @@ void add_qkv(TensorSet &set, const Case &c, const char *q, const char *k, const 
     const Shape &s = c.shape;
     const int64_t qk_ne[4] = {s.Sk, s.Hk, s.T, s.Bq};
     const int64_t v_ne[4] = {s.Sv, s.Hv, s.T, s.B};
+    const gdn_type type = set.stored_type(c.types.x);
     if (!c.strided || s.Bq != s.B) {
-        set.add_tensor(q, qk_ne, c.strided);
-        set.add_tensor(k, qk_ne, c.strided);
-        set.add_tensor(v, v_ne, c.strided);
+        set.add_tensor(q, qk_ne, c.strided, false, type);
+        set.add_tensor(k, qk_ne, c.strided, false, type);
+        set.add_tensor(v, v_ne, c.strided, false, type);
         return;
     }
-    const auto es = static_cast<int64_t>(set.element_size());
+    const auto es = static_cast<int64_t>(TensorSet::type_size(type));
     const int64_t conv_dim = 2 * s.Hk * s.Sk + s.Hv * s.Sv;
     const int buffer = set.add_buffer(static_cast<size_t>(conv_dim * s.T * s.B * es));
     auto view = [&](const int64_t ne[4], int64_t first_element) {
         View w;
+        w.type = type;
         w.buffer = buffer;
         w.offset = static_cast<size_t>(first_element * es);
         for (int d = 0; d < 4; ++d) w.ne[d] = ne[d];
@@ -62,21 +67,45 @@ void add_others(TensorSet &set, const Case &c, const char *g, const char *beta, 
     const Shape &s = c.shape;
     const int64_t g_ne[4] = {c.kda ? s.Sk : 1, s.Hv, s.T, s.B};
     const int64_t beta_ne[4] = {1, s.Hv, s.T, s.B};
-    set.add_tensor(g, g_ne, padded_others(c));
-    set.add_tensor(beta, beta_ne, padded_others(c));
+    set.add_tensor(g, g_ne, padded_others(c), false, c.types.g);
+    set.add_tensor(beta, beta_ne, padded_others(c), false, c.types.beta);
     if (state) add_state_tensor(set, c, state, c.initial_states(), outputs);
 }
 
 double round_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-void fill_normal(TensorSet &set, const char *name, Random &rng, double sigma) {
-    std::vector<double> values = set.read(name);
-    for (double &x : values) x = round_f32(sigma * rng.normal());
+// The type the case gives input `name` (the set may hold it in F64: the oracle's twin).
+gdn_type case_type(const Case &c, const std::string &name) {
+    if (name == "q" || name == "k" || name == "v" || name == "d_out") return c.types.x;
+    if (name == "g") return c.types.g;
+    if (name == "beta") return c.types.beta;
+    return GDN_TYPE_F32;  // state, d_states
+}
+
+// A value drawn in double as the case's tensor holds it: rounded through F32, then to BF16 or
+// F16 when the case has that type, so that every set of one case and seed (F32, narrower, or
+// the F64 twin) holds exactly the same numbers.
+double as_case_value(gdn_type type, double x) {
+    double r = round_f32(x);
+    if (type == GDN_TYPE_BF16) r = bf16_to_float(float_to_bf16(static_cast<float>(r)));
+    if (type == GDN_TYPE_F16) r = f16_to_float(float_to_f16(static_cast<float>(r)));
+    return r;
+}
+
+void write_case_values(TensorSet &set, const Case &c, const char *name, std::vector<double> &values) {
+    const gdn_type type = case_type(c, name);
+    for (double &x : values) x = as_case_value(type, x);
     set.write(name, values);
 }
 
+void fill_normal(TensorSet &set, const Case &c, const char *name, Random &rng, double sigma) {
+    std::vector<double> values = set.read(name);
+    for (double &x : values) x = sigma * rng.normal();
+    write_case_values(set, c, name, values);
+}
+
 // q and k rows L2-normalised, as the models do before the delta rule.
-void fill_unit_rows(TensorSet &set, const char *name, int64_t row, Random &rng) {
+void fill_unit_rows(TensorSet &set, const Case &c, const char *name, int64_t row, Random &rng) {
     std::vector<double> values = set.read(name);
     for (size_t r = 0; r < values.size(); r += static_cast<size_t>(row)) {
         double norm = 0;
@@ -85,9 +114,9 @@ void fill_unit_rows(TensorSet &set, const char *name, int64_t row, Random &rng) 
             norm += values[r + i] * values[r + i];
         }
         norm = std::sqrt(norm);
-        for (int64_t i = 0; i < row; ++i) values[r + i] = round_f32(norm > 0 ? values[r + i] / norm : 0.0);
+        for (int64_t i = 0; i < row; ++i) values[r + i] = norm > 0 ? values[r + i] / norm : 0.0;
     }
-    set.write(name, values);
+    write_case_values(set, c, name, values);
 }
 
 // Gate regimes (log-space gates; g <= 0 decays the state): zero; mild -0.3..-0.02; strong
@@ -106,16 +135,16 @@ void fill_gate(TensorSet &set, const Case &c, Random &rng) {
             case Gate::Spike: x = t % 7 == 3 ? -120.0 : rng.uniform(-0.3, -0.02); break;
             case Gate::Mixed: x = rng.uniform(-0.5, 0.3); break;
         }
-        values[n] = round_f32(x);
+        values[n] = x;
     }
-    set.write("g", values);
+    write_case_values(set, c, "g", values);
 }
 
 void fill_beta(TensorSet &set, const Case &c, Random &rng) {
     std::vector<double> values = set.read("beta");
     for (double &x : values)
-        x = c.beta == BetaFill::Zero ? 0.0 : c.beta == BetaFill::One ? 1.0 : round_f32(rng.uniform());
-    set.write("beta", values);
+        x = c.beta == BetaFill::Zero ? 0.0 : c.beta == BetaFill::One ? 1.0 : rng.uniform();
+    write_case_values(set, c, "beta", values);
 }
 
 }  // namespace
@@ -127,22 +156,22 @@ TensorSet make_inputs(const Case &c, gdn_type type, uint64_t seed) {
     add_others(set, c, "g", "beta", c.s0 ? "state" : nullptr, false);
     if (c.op == Op::Backward) {
         const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
-        set.add_tensor("d_out", out_ne, padded_others(c));
+        set.add_tensor("d_out", out_ne, padded_others(c), false, c.types.x);
         add_state_tensor(set, c, "d_states", c.final_states(), false);
     }
     set.poison();  // gaps stay poison: a read of one would show as NaN
     Random rng(seed);
-    fill_unit_rows(set, "q", s.Sk, rng);
-    fill_unit_rows(set, "k", s.Sk, rng);
-    fill_normal(set, "v", rng, 1.0);
+    fill_unit_rows(set, c, "q", s.Sk, rng);
+    fill_unit_rows(set, c, "k", s.Sk, rng);
+    fill_normal(set, c, "v", rng, 1.0);
     fill_gate(set, c, rng);
     fill_beta(set, c, rng);
     if (c.op == Op::Backward) {
-        fill_normal(set, "d_out", rng, 1.0);
-        fill_normal(set, "d_states", rng, 1.0);
+        fill_normal(set, c, "d_out", rng, 1.0);
+        fill_normal(set, c, "d_states", rng, 1.0);
     }
     // Last, so that a case with and without s0 shares every other value (finite_diff.cpp).
-    if (c.s0) fill_normal(set, "state", rng, 0.5);
+    if (c.s0) fill_normal(set, c, "state", rng, 0.5);
     return set;
 }
 
@@ -151,7 +180,7 @@ TensorSet make_outputs(const Case &c, gdn_type type) {
     const Shape &s = c.shape;
     if (c.op == Op::Forward) {
         const int64_t out_ne[4] = {s.Sv, s.Hv, s.T, s.B};
-        set.add_tensor("out", out_ne, padded_others(c));
+        set.add_tensor("out", out_ne, padded_others(c), false, c.types.x);
         if (!c.in_place) add_state_tensor(set, c, "states", c.final_states(), true);  // else the inputs' state
     } else {
         add_qkv(set, c, "dq", "dk", "dv");
@@ -176,6 +205,7 @@ gdn_problem problem_of(const Case &c, const Mirror &inputs) {
     p.state = inputs.tensor("state");
     p.scale = 0.0f;
     p.head_map = c.heads;
+    p.precision = c.precision;
     if (!c.cu_seqlens.empty()) {  // host memory, which every backend takes (docs/VARLEN.md)
         p.cu_seqlens.data = const_cast<int64_t *>(c.cu_seqlens.data());
         p.cu_seqlens.type = GDN_TYPE_I64;

@@ -3,9 +3,19 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "math/elements.h"
+
 namespace gdn::testkit {
 
-size_t TensorSet::element_size() const { return type_ == GDN_TYPE_F64 ? 8 : type_ == GDN_TYPE_F32 ? 4 : 2; }
+size_t TensorSet::type_size(gdn_type type) {
+    switch (type) {
+        case GDN_TYPE_F64:
+        case GDN_TYPE_I64: return 8;
+        case GDN_TYPE_F16:
+        case GDN_TYPE_BF16: return 2;
+        default: return 4;
+    }
+}
 
 int TensorSet::add_buffer(size_t bytes) {
     Buffer b;
@@ -15,9 +25,11 @@ int TensorSet::add_buffer(size_t bytes) {
     return static_cast<int>(buffers_.size()) - 1;
 }
 
-void TensorSet::add_tensor(const std::string &name, const int64_t ne[4], bool padded, bool swap01) {
+void TensorSet::add_tensor(const std::string &name, const int64_t ne[4], bool padded, bool swap01,
+                           std::optional<gdn_type> type) {
     View v;
-    const auto es = static_cast<int64_t>(element_size());
+    v.type = stored_type(type.value_or(default_type()));
+    const auto es = static_cast<int64_t>(type_size(v.type));
     const int order[4] = {swap01 ? 1 : 0, swap01 ? 0 : 1, 2, 3};  // dimensions from innermost out
     v.nb[order[0]] = es;
     int64_t stride = ne[order[0]] * es + (padded ? 3 * es : 0);
@@ -32,14 +44,19 @@ void TensorSet::add_tensor(const std::string &name, const int64_t ne[4], bool pa
     add_view(name, v);
 }
 
-void TensorSet::add_view(const std::string &name, const View &view) { views_[name] = view; }
+void TensorSet::add_view(const std::string &name, const View &view) {
+    View v = view;
+    v.type = stored_type(view.type);
+    views_[name] = v;
+}
 
 gdn_tensor TensorSet::at(const std::string &name, const std::vector<uint8_t *> &bases) const {
     gdn_tensor t{};
-    t.type = type_;
+    t.type = default_type();
     auto it = views_.find(name);
     if (it == views_.end()) return t;
     const View &v = it->second;
+    t.type = v.type;
     t.data = bases[v.buffer] + v.offset;
     for (int d = 0; d < 4; ++d) {
         t.ne[d] = v.ne[d];
@@ -73,8 +90,9 @@ std::vector<double> TensorSet::read(const std::string &name) const {
     if (!t.data) return out;
     out.reserve(static_cast<size_t>(t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]));
     for_each_element(t, [&](const uint8_t *p) {
-        if (type_ == GDN_TYPE_F64) out.push_back(*reinterpret_cast<const double *>(p));
-        else out.push_back(*reinterpret_cast<const float *>(p));
+        double x;
+        load_elements(t.type, p, 1, &x);
+        out.push_back(x);
     });
     return out;
 }
@@ -84,8 +102,7 @@ void TensorSet::write(const std::string &name, const std::vector<double> &values
     size_t n = 0;
     for_each_element(t, [&](uint8_t *p) {
         const double x = values.at(n++);
-        if (type_ == GDN_TYPE_F64) *reinterpret_cast<double *>(p) = x;
-        else *reinterpret_cast<float *>(p) = static_cast<float>(x);
+        store_elements(t.type, p, 1, &x);
     });
 }
 
@@ -107,7 +124,7 @@ std::string TensorSet::changed_outside_views() const {
         for (const auto &[name, v] : views_) {
             if (v.buffer != static_cast<int>(bi)) continue;
             const gdn_tensor t = host(name);
-            const size_t es = element_size();
+            const size_t es = type_size(v.type);
             for_each_element(t, [&](const uint8_t *p) {
                 const size_t at = static_cast<size_t>(p - b.storage.data());
                 for (size_t k = 0; k < es; ++k) covered[at + k] = true;

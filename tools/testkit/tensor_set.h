@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 namespace gdn::testkit {
 
 struct View {
+    gdn_type type = GDN_TYPE_F32;  // the element type of this tensor
     int buffer = 0;
     size_t offset = 0;  // bytes from the buffer's start
     int64_t ne[4] = {1, 1, 1, 1};
@@ -24,19 +26,29 @@ struct View {
 class TensorSet {
 public:
     static constexpr size_t kGuardBytes = 64;
-    static constexpr uint8_t kPoison = 0xFF;  // all-ones: a NaN in F32 and F64
+    static constexpr uint8_t kPoison = 0xFF;  // all-ones: a NaN in F32, F64, BF16 and F16
 
+    // `type`: what the set holds. F64: every tensor F64 (the oracle's twin of a case); any other:
+    // each tensor in the element type it is added with (by default F32).
     explicit TensorSet(gdn_type type) : type_(type) {}
 
     gdn_type type() const { return type_; }
-    size_t element_size() const;
+    // Bytes of an element of the set's default type (8 for F64, else 4).
+    size_t element_size() const { return type_size(default_type()); }
+    static size_t type_size(gdn_type type);
+    // The type a tensor gets when none is given: F64 in an F64 set, else F32.
+    gdn_type default_type() const { return type_ == GDN_TYPE_F64 ? GDN_TYPE_F64 : GDN_TYPE_F32; }
+    // The type a tensor that a case wants in `wanted` gets in this set: F64 in an F64 set.
+    gdn_type stored_type(gdn_type wanted) const { return type_ == GDN_TYPE_F64 ? GDN_TYPE_F64 : wanted; }
 
     int add_buffer(size_t bytes);
     // A tensor in a buffer of its own: contiguous, or with gaps after every row and outer
     // dimension when `padded` (so that strides differ from a contiguous layout). `swap01`: the
     // first two dimensions in the other order in memory (nb[1] = element size: a state tensor
-    // [Sk, Sv, Hv, *] value-major).
-    void add_tensor(const std::string &name, const int64_t ne[4], bool padded, bool swap01 = false);
+    // [Sk, Sv, Hv, *] value-major). `type`: its element type (default_type() when not given;
+    // an F64 set stores F64 whatever is asked).
+    void add_tensor(const std::string &name, const int64_t ne[4], bool padded, bool swap01 = false,
+                    std::optional<gdn_type> type = std::nullopt);
     void add_view(const std::string &name, const View &view);
 
     bool has(const std::string &name) const { return views_.count(name) != 0; }
@@ -44,7 +56,10 @@ public:
     gdn_tensor host(const std::string &name) const;
     gdn_tensor at(const std::string &name, const std::vector<uint8_t *> &buffer_bases) const;
 
-    // Element access on the host copy, in ne order (i0 fastest), as doubles.
+    gdn_type type_of(const std::string &name) const { return views_.at(name).type; }
+
+    // Element access on the host copy, in ne order (i0 fastest), as doubles: BF16 and F16 read
+    // exactly, written rounded once to nearest (src/math/elements.h, the library's definition).
     std::vector<double> read(const std::string &name) const;
     void write(const std::string &name, const std::vector<double> &values);
     double *element_f64(const std::string &name, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
