@@ -214,7 +214,7 @@ def test_the_update_op_passes_torchs_checks():
     pool = pool_of(3, dtype=torch.float32)
     for indices in (torch.tensor([2, 0]), None):
         state = pool if indices is not None else pool[:2].clone()
-        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, indices, None, 0.5, True, False)
+        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, indices, None, 0.5, True, False, 0)
         torch.library.opcheck(torch.ops.gdn.gated_delta_rule_update.default, args)
 
 
