@@ -247,7 +247,7 @@ def bad_pool_calls():
         ("both names", dict(initial_state_indices=torch.tensor([0, 1])), gdn.InvalidArgumentError, "pass one"),
         ("no pool", dict(initial_state=None), gdn.InvalidArgumentError, "initial_state"),
         ("pool shape", dict(initial_state=pool[..., :3]), gdn.ShapeError, "initial_state has shape"),
-        ("pool dtype", dict(initial_state=pool.double()), gdn.ElementTypeError, "compute dtype"),
+        ("pool dtype", dict(initial_state=pool.double()), gdn.ElementTypeError, "state dtype"),
         ("pool strides", dict(initial_state=torch.zeros(4, 4, 16, 12)[:, :, ::2, ::2]), gdn.LayoutError, "strides"),
         ("autograd", dict(q=q.clone().requires_grad_()), gdn.UnsupportedError, "no autograd"),
         ("gv", dict(gv=torch.zeros(2, 1, 4, 6)), gdn.UnsupportedError, "gv"),

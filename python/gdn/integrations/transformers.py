@@ -34,7 +34,7 @@ q/k with the key-head count and v with the value-head count (value head h reads 
 final_state None unless ``output_final_state``. A chunk with no tokens (assisted generation
 sends them) returns an empty o and the initial state. What differs, on purpose: ``chunk_size`` is
 ignored (gdn chooses its own blocking; the result is the same recurrence); the final state is in
-gdn's compute dtype (float32, or float64 for float64 inputs, where transformers' function rounds
+gdn's state dtype (float32, or float64 for float64 inputs, where transformers' function rounds
 to float32); the decoding step updates the cache's state in place (``recurrent_gated_delta_rule``
 below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences,
 passed by the layer as ``cu_seq_lens_q``) works, where transformers' function refuses it without
