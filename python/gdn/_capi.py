@@ -38,7 +38,8 @@ _lib.gdn_last_error.restype = ctypes.c_char_p
 
 def tensor(t):
     """A gdn_tensor over a CPU torch tensor of up to 4 dimensions (shape reversed into ne): floats
-    (float64, float32, float16, bfloat16), or int32 / int64 indices. A size-1 dimension gets the stride past the span of those inside it."""
+    (float64, float32, float16, bfloat16), or int32 / int64 indices. A size-1 dimension gets the
+    stride past the span of those inside it."""
     if t is None:
         return Tensor()
     item = t.element_size()

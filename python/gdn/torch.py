@@ -109,8 +109,9 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
     if l2norm:
         q, k = _normalized(q), _normalized(k)
     out = _empty(v.shape, v)
-    states = _empty(_state_shape(q, v, cu_seqlens, state_v_first), v, _state_dtype(v.dtype)) if want_state \
-        else v.new_empty(0, dtype=_state_dtype(v.dtype))
+    state_dtype = _state_dtype(v.dtype)
+    states = _empty(_state_shape(q, v, cu_seqlens, state_v_first), v, state_dtype) if want_state \
+        else v.new_empty(0, dtype=state_dtype)
     _gdn.forward(_context_for(v)._native, q, k, v, g, beta, _gdn_view(initial_state, state_v_first), out,
                  _gdn_view(states, state_v_first) if want_state else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens,
                  None, precision)
@@ -279,8 +280,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if initial_state is not None:
         check_state(initial_state, q, v, p.sequences, state_v_first)
         state = readable_state(initial_state.to(p.state_dtype))
-    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
-                                 bool(output_final_state), bool(use_qk_l2norm_in_kernel), bool(state_v_first), precision)
+    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale, bool(output_final_state),
+                                 bool(use_qk_l2norm_in_kernel), bool(state_v_first), precision)
     return o.to(p.out_dtype), (final_state if output_final_state else None)
 
 
