@@ -322,3 +322,16 @@ def test_opcheck_with_bf16_inputs():
             args = (q[:1, :5], k[:1, :5], v[:1, :5], g[:1, :5].unsqueeze(-1), beta[:1, :5].unsqueeze(-1), h0[:1],
                     None, None, True, True, False, precision)
             torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
+
+
+def test_numpy_float16_arrays_through_the_low_level_layer():
+    """numpy float16 arrays (numpy has no bfloat16): out float16, states float32, the bits of the
+    same call on torch tensors."""
+    inputs, _, _ = half_inputs(torch.float16, torch.float16, torch.float32, seed=15)
+    q, k, v, g, beta, h0 = inputs
+    args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), h0.transpose(-1, -2).contiguous())
+    ctx = gdn.Context("ref")
+    out, states = gdn.forward(*(t.numpy() for t in args), head_map="grouped", ctx=ctx)
+    out_t, states_t = gdn.forward(*args, head_map="grouped", ctx=ctx)
+    assert out.dtype.name == "float16" and states.dtype.name == "float32"
+    assert torch.equal(torch.from_numpy(out), out_t) and torch.equal(torch.from_numpy(states), states_t)
