@@ -22,6 +22,12 @@ states     ``[K*B, Hv, Sv, Sk]``           slot s of sequence b at index s*B + b
                                            the final state; either layout, as state
 =========  ==============================  ==============================================
 
+Element types (docs/SPEC.md section 3.1): float64 throughout, or q, k, v of one type among
+float32, bfloat16 and float16 (beta that type or float32, g float32 or bfloat16) with float32
+states; outputs and gradients allocated here take their input's type, states float32 (float64
+in a float64 call). Nothing is converted: a combination outside the rule raises
+:class:`gdn.ElementTypeError` with the library's message.
+
 State pools (serving): with ``state_indices`` (int32 or int64, one per sequence, on the host or
 the computing device), ``state`` is a pool ``[slots, Hv, Sv, Sk]``: sequence n starts from slot
 ``state_indices[n]`` and its final state goes to that slot of ``states`` (normally ``state``
