@@ -6,7 +6,7 @@ import ctypes
 
 from . import _gdn
 
-_F32, _F64, _I32, _I64 = 0, 1, 4, 5
+_F32, _F64, _F16, _BF16, _I32, _I64 = 0, 1, 2, 3, 4, 5
 
 
 class Tensor(ctypes.Structure):
@@ -37,8 +37,9 @@ _lib.gdn_last_error.restype = ctypes.c_char_p
 
 
 def tensor(t):
-    """A gdn_tensor over a CPU torch tensor of up to 4 dimensions (shape reversed into ne): floats,
-    or int32 / int64 indices. A size-1 dimension gets the stride past the span of those inside it."""
+    """A gdn_tensor over a CPU torch tensor of up to 4 dimensions (shape reversed into ne): floats
+    (float64, float32, float16, bfloat16), or int32 / int64 indices. A size-1 dimension gets the
+    stride past the span of those inside it."""
     if t is None:
         return Tensor()
     item = t.element_size()
@@ -47,7 +48,8 @@ def tensor(t):
     for i in range(4):
         if ne[i] == 1:
             nb[i] = max([item] + [nb[j] * ne[j] for j in range(i)])
-    kind = {(True, 8): _F64, (True, 4): _F32, (False, 8): _I64, (False, 4): _I32}[(t.is_floating_point(), item)]
+    kind = {"torch.float64": _F64, "torch.float32": _F32, "torch.float16": _F16, "torch.bfloat16": _BF16,
+            "torch.int64": _I64, "torch.int32": _I32}[str(t.dtype)]
     return Tensor(t.data_ptr(), kind, (ctypes.c_int64 * 4)(*ne), (ctypes.c_int64 * 4)(*nb))
 
 
@@ -83,7 +85,8 @@ class Context:
                                       ctypes.byref(d_states) if d_states else None, ctypes.byref(grads)))
 
 
-def problem(q, k, v, g, beta, state=None, grouped=True, state_indices=None):
-    """``state`` in gdn's [B, Hv, Sv, Sk] (a transposed view of a [..., K, V] tensor is value-major)."""
+def problem(q, k, v, g, beta, state=None, grouped=True, state_indices=None, precision=0):
+    """``state`` in gdn's [B, Hv, Sv, Sk] (a transposed view of a [..., K, V] tensor is value-major);
+    ``precision`` a gdn_precision value."""
     return Problem(tensor(q), tensor(k), tensor(v), tensor(g), tensor(beta), tensor(state), 0.0, 0,
-                   1 if grouped else 0, Tensor(), tensor(state_indices))
+                   1 if grouped else 0, Tensor(), tensor(state_indices), precision)

@@ -22,6 +22,12 @@ states     ``[K*B, Hv, Sv, Sk]``           slot s of sequence b at index s*B + b
                                            the final state; either layout, as state
 =========  ==============================  ==============================================
 
+Element types (docs/SPEC.md section 3.1): float64 throughout, or q, k, v of one type among
+float32, bfloat16 and float16 (beta that type or float32, g float32 or bfloat16) with float32
+states; outputs and gradients allocated here take their input's type, states float32 (float64
+in a float64 call). Nothing is converted: a combination outside the rule raises
+:class:`gdn.ElementTypeError` with the library's message.
+
 State pools (serving): with ``state_indices`` (int32 or int64, one per sequence, on the host or
 the computing device), ``state`` is a pool ``[slots, Hv, Sv, Sk]``: sequence n starts from slot
 ``state_indices[n]`` and its final state goes to that slot of ``states`` (normally ``state``
@@ -47,6 +53,10 @@ from . import _errors
 from . import _gdn
 
 HEAD_MAPS = {"tiled": 0, "grouped": 1}
+# gdn_precision (docs/SPEC.md section 3.1): "exact" every product in float32 or better; "bf16" a
+# backend may round its chunk products' operands to bfloat16 (F32 accumulation) where the
+# hardware multiplies bfloat16 natively, and computes as "exact" elsewhere.
+PRECISIONS = {"exact": 0, "bf16": 1}
 
 Grads = namedtuple("Grads", "q k v g beta state")
 Grads.__doc__ = "The six gradients of a backward call; an entry is None when it was not asked for."
@@ -144,6 +154,13 @@ def _head_map(head_map):
     raise _errors.InvalidArgumentError(f"head_map = {head_map!r}; expected 'tiled' or 'grouped'")
 
 
+def precision_value(precision):
+    """The gdn_precision value of ``"exact"`` or ``"bf16"``; anything else is a ValueError."""
+    if isinstance(precision, str) and precision in PRECISIONS:
+        return PRECISIONS[precision]
+    raise _errors.InvalidArgumentError(f"precision = {precision!r}; expected 'exact' or 'bf16'")
+
+
 def _scale(scale):
     """None: the library's default ``1/sqrt(Sk)``; any other value is used as given (0.0 included)."""
     if scale is None:
@@ -161,13 +178,18 @@ def _plain(array):
     return array
 
 
-def _empty(like, shape):
-    """A new array of like's kind, element type and device."""
+def _empty(like, shape, state=False):
+    """A new array of like's kind, element type and device; ``state``: a state for a call with
+    q/k/v like ``like`` (float64 in a float64 call, float32 otherwise, as SPEC 3.1 has it)."""
     if isinstance(like, np.ndarray):
-        return np.empty(shape, dtype=like.dtype)
+        return np.empty(shape, dtype=np.float64 if state and like.dtype == np.float64 else
+                        np.float32 if state else like.dtype)
     if type(like).__module__.split(".")[0] == "torch":
         import torch
-        return torch.empty(shape, dtype=like.dtype, device=like.device)
+        dtype = like.dtype
+        if state:
+            dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        return torch.empty(shape, dtype=dtype, device=like.device)
     raise _errors.InvalidArgumentError(
         f"gdn allocates numpy arrays and torch tensors only; pass the outputs for {type(like).__name__}")
 
@@ -193,35 +215,37 @@ def _sequences(v, cu_seqlens):
 
 
 def forward(q, k, v, g, beta, state=None, *, out=None, states=None, snapshots=1, scale=None,
-            head_map="tiled", cu_seqlens=None, state_indices=None, ctx=None, dry_run=False):
+            head_map="tiled", cu_seqlens=None, state_indices=None, ctx=None, dry_run=False, precision="exact"):
     """The forward: returns ``(out, states)``.
 
     ``out`` and ``states`` are written in place when given; when None they are allocated (numpy
-    or torch, like ``v``, key-major); pass False for one that is not wanted. ``states`` holds
+    or torch, like ``v``, key-major; ``out`` in v's dtype, ``states`` float32, or float64 in a
+    float64 call); pass False for one that is not wanted. ``states`` holds
     ``snapshots`` slots per sequence. ``states`` may be exactly ``state`` (the in-place cache
     update of decoding). With ``state_indices`` (a pool), ``states`` None is ``state``: the pool
     is updated in place. ``scale`` None is ``1/sqrt(Sk)``; any number, 0.0 included, is used as
     given (a Python float reaches the library as a double). ``ctx`` None: the calling thread's
     context for the fastest backend. ``dry_run``: validate and ask the backend, compute and write
-    nothing.
+    nothing. ``precision``: ``"exact"`` (default) or ``"bf16"`` (gdn_problem.precision).
     """
+    precision = precision_value(precision)
     q, k, v, g, beta, state = map(_plain, (q, k, v, g, beta, state))
     if out is None:
         out = _empty(v, _shape(v))
     if states is None and state_indices is not None and state is not None:
         states = state
     elif states is None:
-        states = _empty(v, _state_shape(q, v, snapshots * _sequences(v, cu_seqlens)))
+        states = _empty(v, _state_shape(q, v, snapshots * _sequences(v, cu_seqlens)), state=True)
     ctx = ctx or default_context()
     _gdn.forward(ctx._native, q, k, v, g, beta, state, out if out is not False else None,
                  states if states is not False else None, _scale(scale), _head_map(head_map), dry_run,
-                 _plain(cu_seqlens), _plain(state_indices))
+                 _plain(cu_seqlens), _plain(state_indices), precision)
     return (out if out is not False else None, states if states is not False else None)
 
 
 def backward(q, k, v, g, beta, state=None, *, d_out=None, d_states=None, dq=None, dk=None, dv=None,
              dg=None, dbeta=None, dstate=None, scale=None, head_map="tiled", cu_seqlens=None, state_indices=None,
-             ctx=None, dry_run=False):
+             ctx=None, dry_run=False, precision="exact"):
     """The backward: the gradients of ``sum(d_out * out) + sum(d_states * states)`` with respect
     to q, k, v, g, beta and the initial state, as a :class:`Grads`.
 
@@ -230,7 +254,9 @@ def backward(q, k, v, g, beta, state=None, *, d_out=None, d_states=None, dq=None
     ``state`` is given), and skipped when False. Gradients are overwritten, not accumulated. With
     ``state_indices``, ``state``, ``d_states`` and ``dstate`` are pools indexed alike; the slots
     no sequence names are left as they are in a given ``dstate`` (zero in an allocated one).
+    ``precision`` as for :func:`forward`.
     """
+    precision = precision_value(precision)
     q, k, v, g, beta, state, d_out, d_states = map(_plain, (q, k, v, g, beta, state, d_out, d_states))
 
     def target(given, like, default_wanted=True):
@@ -249,7 +275,7 @@ def backward(q, k, v, g, beta, state=None, *, d_out=None, d_states=None, dq=None
         dstate = None
     ctx = ctx or default_context()
     _gdn.backward(ctx._native, q, k, v, g, beta, state, d_out, d_states, dq, dk, dv, dg, dbeta, dstate,
-                  _scale(scale), _head_map(head_map), dry_run, _plain(cu_seqlens), _plain(state_indices))
+                  _scale(scale), _head_map(head_map), dry_run, _plain(cu_seqlens), _plain(state_indices), precision)
     return Grads(dq, dk, dv, dg, dbeta, dstate)
 
 

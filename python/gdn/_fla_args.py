@@ -8,9 +8,12 @@ import torch
 
 from . import _errors
 
-# What the ops take: q, k, v as given (in the compute dtype), the gate and beta with their unit
-# dimension, the scale as a float or None, host offsets, N sequences, the dtypes.
-Prepared = namedtuple("Prepared", "q k v gate beta scale cu_seqlens sequences compute out_dtype")
+# What the ops take: q, k, v (one dtype), the gate and beta with their unit dimension, each as the
+# library takes it (SPEC 3.1), the scale as a float or None, host offsets, N sequences, the dtype
+# of the states and that of the output the caller gets.
+Prepared = namedtuple("Prepared", "q k v gate beta scale cu_seqlens sequences state_dtype out_dtype")
+
+_HALF = (torch.bfloat16, torch.float16)
 
 
 def _has_broadcast_stride(shape, strides):
@@ -36,9 +39,27 @@ def readable_state(t):
     return t
 
 
-def compute_dtype(q, k, v):
-    """float64 when any of q, k, v is float64 (the ref backend, exact), else float32."""
-    return torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
+def call_dtypes(q, k, v):
+    """The dtype q, k and v reach the library in, and that of the states (SPEC 3.1): float64 when
+    any of them is float64 (the ref backend's oracle precision); else their common dtype, float32,
+    bfloat16 or float16, as they are (no copy), with float32 states; float32 when they differ."""
+    dtypes = (q.dtype, k.dtype, v.dtype)
+    if torch.float64 in dtypes:
+        return torch.float64, torch.float64
+    if dtypes[0] == dtypes[1] == dtypes[2] and dtypes[0] in (torch.float32, *_HALF):
+        return dtypes[0], torch.float32
+    return torch.float32, torch.float32
+
+
+def _small_dtypes(x, state_dtype, g, beta):
+    """The dtypes g and beta reach the library in: as they are where SPEC 3.1 takes them (beta
+    q's dtype or float32, g float32 or bfloat16), else float32 (float16 g, say: a copy of a tensor
+    Sk or Sv times smaller than q or v); float64 in a float64 call."""
+    if state_dtype == torch.float64:
+        return torch.float64, torch.float64
+    gate = g.dtype if g.dtype in (torch.float32, torch.bfloat16) else torch.float32
+    beta_dtype = beta.dtype if beta.dtype in (x, torch.float32) else torch.float32
+    return gate, beta_dtype
 
 
 def _check_tensor(name, t, device):
@@ -146,7 +167,8 @@ def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigva
             kwargs):
     """FLA's conventions applied and checked: the gate computed in the op when asked
     (``use_gate_in_kernel``, ``A_log``, ``dt_bias`` in kwargs), beta from logits, the offsets on the
-    host when the caller has them there, every input in the compute dtype and readable in place."""
+    host when the caller has them there, every input in a dtype the library takes (call_dtypes:
+    bfloat16 and float16 as they are) and readable in place."""
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise _errors.InvalidArgumentError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
     if kwargs.get("use_gate_in_kernel", False):
@@ -159,9 +181,12 @@ def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigva
         # Read on the host when the caller has the offsets there; strided views become contiguous.
         host = cu_seqlens_cpu if isinstance(cu_seqlens_cpu, torch.Tensor) else cu_seqlens
         cu_seqlens = host.contiguous()
-    compute = compute_dtype(q, k, v)
+    x, state_dtype = call_dtypes(q, k, v)
+    gate_dtype, beta_dtype = _small_dtypes(x, state_dtype, g, beta)
     out_dtype = q.dtype
-    q, k, v, g, beta = (t if t.dtype == compute else t.to(compute) for t in (q, k, v, g, beta))
+    q, k, v = (t if t.dtype == x else t.to(x) for t in (q, k, v))
+    g = g if g.dtype == gate_dtype else g.to(gate_dtype)
+    beta = beta if beta.dtype == beta_dtype else beta.to(beta_dtype)
     gate = g.unsqueeze(-1) if g.dim() == 3 else g
     return Prepared(readable(q), readable(k), readable(v), readable(gate), readable(beta.unsqueeze(-1)), scale,
-                    cu_seqlens, sequences, compute, out_dtype)
+                    cu_seqlens, sequences, state_dtype, out_dtype)

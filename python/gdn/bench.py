@@ -8,6 +8,10 @@ its peak memory is its own. Also times the C API called directly (ctypes, no bin
 gdn.torch on the same pre-normalised inputs: what the Python layers cost.
 
 gdn is measured in two processes, before and after transformers, and its runs pooled.
+The bfloat16 table does the same with the inputs in bfloat16 as a bf16 model makes them (the
+projection and beta bfloat16, g float32): transformers' fallback (which computes in float32),
+gdn with precision="exact" and gdn with precision="bf16", each reading the bfloat16 tensors as
+they are; where gdn's backend in this build refuses bfloat16, its cells say so.
 Columns: median wall ms over the runs, median CPU ms (all threads), peak resident memory added
 by the runs over what the process held before them (inputs built, libraries set up by a small
 run; MB), and for gdn the canonical GFLOP/s (forward 8 Sk Sv, backward 24 Sk Sv per token
@@ -28,6 +32,9 @@ import time
 
 SHAPE = dict(H=16, HV=48, K=128, V=128)
 IMPLS = ("transformers", "gdn", "gdn.torch-raw", "c-api")
+# The bfloat16 table's measurements: implementation, precision (gdn's), as one name each.
+BF16_IMPLS = {"transformers-bf16": ("transformers", None), "gdn-bf16": ("gdn", "exact"),
+              "gdn-bf16-mode": ("gdn", "bf16")}
 
 
 def _rss_mb(field):
@@ -38,7 +45,9 @@ def _rss_mb(field):
     return float("nan")
 
 
-def _inputs(T, seed=0):
+def _inputs(T, seed=0, dtype=None):
+    """The packed projection, g and beta; with ``dtype`` (bfloat16), the projection and beta in it
+    and g in float32, as a bfloat16 Qwen3.5 layer computes them."""
     import torch
     H, HV, K, V = SHAPE["H"], SHAPE["HV"], SHAPE["K"], SHAPE["V"]
     gen = torch.Generator().manual_seed(seed)
@@ -46,6 +55,8 @@ def _inputs(T, seed=0):
     a, b = torch.randn(1, T, HV, generator=gen), torch.randn(1, T, HV, generator=gen)
     A_log, dt_bias = torch.log(torch.empty(HV).uniform_(1, 16, generator=gen)), torch.ones(HV)
     g = -A_log.exp() * torch.nn.functional.softplus(a + dt_bias)
+    if dtype is not None:
+        return qkv.to(dtype), g, torch.sigmoid(b.to(dtype))
     return qkv, g, torch.sigmoid(b)
 
 
@@ -59,8 +70,10 @@ def _split(qkv):
 def _runner(impl, T, backward):
     """A function that runs the measured work once."""
     import torch
-    qkv, g, beta = _inputs(T)
-    d_out = torch.randn(1, T, SHAPE["HV"], SHAPE["V"])
+    dtype = torch.bfloat16 if impl in BF16_IMPLS else None
+    impl, precision = BF16_IMPLS.get(impl, (impl, "exact"))
+    qkv, g, beta = _inputs(T, dtype=dtype)
+    d_out = torch.randn(1, T, SHAPE["HV"], SHAPE["V"], dtype=dtype)
     if impl in ("gdn.torch-raw", "c-api"):  # q and k normalised beforehand, outside the timing
         q, k, v = _split(qkv)
         q, k = (torch.nn.functional.normalize(x, dim=-1, eps=1e-6).contiguous() for x in (q, k))
@@ -72,7 +85,9 @@ def _runner(impl, T, backward):
         fn = getattr(modeling_qwen3_5.torch_chunk_gated_delta_rule, "__wrapped__",
                      modeling_qwen3_5.torch_chunk_gated_delta_rule)
     else:
-        from gdn.torch import chunk_gated_delta_rule as fn
+        import functools
+        from gdn.torch import chunk_gated_delta_rule
+        fn = functools.partial(chunk_gated_delta_rule, precision=precision)
     l2norm = impl != "gdn.torch-raw"
     leaves = [qkv, g, beta]
 
@@ -205,6 +220,45 @@ def _measure(impl, T, backward, args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _gdn_takes_bf16():
+    """Whether the backend gdn.torch picks for host tensors takes bfloat16 q, k, v (a dry run)."""
+    import torch
+    import gdn
+    import gdn.torch
+    x = torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)
+    try:
+        gdn.forward(x, x, x, torch.zeros(1, 2, 1, 1), x[..., :1], ctx=gdn.torch._context_for(x), dry_run=True)
+    except gdn.ElementTypeError:
+        return False
+    return True
+
+
+def _cell(m):
+    return f"{m['wall_ms']:.1f} ({m['cpu_ms']:.0f})"
+
+
+def _bf16_table(args):
+    takes = _gdn_takes_bf16()
+    print()
+    print("bfloat16 inputs (the projection and beta bfloat16, g float32): transformers' fallback against gdn,")
+    print('precision="exact" and precision="bf16", each cell its own process')
+    print()
+    print("| T | pass | transformers ms (CPU ms) | gdn exact ms (CPU ms) | gdn bf16 mode ms (CPU ms) "
+          "| transformers peak MB | gdn exact peak MB | gdn bf16 mode peak MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for T in args.tokens:
+        for backward in (False, True):
+            gdn_impls = ("gdn-bf16", "gdn-bf16-mode") if takes else ()
+            before = {impl: _measure(impl, T, backward, args) for impl in gdn_impls}
+            hf = _summary(_measure("transformers-bf16", T, backward, args))
+            ours = {impl: _summary(before[impl], _measure(impl, T, backward, args)) for impl in gdn_impls}
+            refused = "refused by the backend"
+            times = [_cell(ours[i]) if takes else refused for i in ("gdn-bf16", "gdn-bf16-mode")]
+            peaks = [f"{ours[i]['peak_mb']:.0f}" if takes else "-" for i in ("gdn-bf16", "gdn-bf16-mode")]
+            print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {_cell(hf)} | {times[0]} | {times[1]} "
+                  f"| {hf['peak_mb']:.0f} | {peaks[0]} | {peaks[1]} |", flush=True)
+
+
 def _gflops(T, backward, wall_ms):
     per_token = (8 + (24 if backward else 0)) * SHAPE["K"] * SHAPE["V"] * SHAPE["HV"]
     return per_token * T / (wall_ms * 1e-3) / 1e9
@@ -219,6 +273,7 @@ def main(argv=None):
     parser.add_argument("--decode-batches", type=int, nargs="*", default=[1, 16],
                         help="B values of the decoding rows (default 1 16; none: no decoding rows)")
     parser.add_argument("--overhead-only", action="store_true", help="only the binding's cost (no transformers)")
+    parser.add_argument("--no-bf16", action="store_true", help="no bfloat16 table")
     parser.add_argument("--worker", nargs=3, metavar=("IMPL", "T", "BACKWARD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -253,6 +308,8 @@ def main(argv=None):
                   f"| {hf['wall_ms'] / ours['wall_ms']:.1f}x / {hf['cpu_ms'] / ours['cpu_ms']:.1f}x "
                   f"| {hf['peak_mb']:.0f} | {ours['peak_mb']:.0f} | {_gflops(T, backward, ours['wall_ms']):.1f} |",
                   flush=True)
+    if not args.overhead_only and not args.no_bf16:
+        _bf16_table(args)
     print()
     print("What the binding costs: gdn.torch against the C API called directly (ctypes), same pre-normalised")
     print("inputs, run alternately in one process; overhead = median of the pairwise time ratios")

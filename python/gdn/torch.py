@@ -9,11 +9,19 @@ registered with ``torch.library.custom_op``, so autograd, ``torch.compile(fullgr
 ``torch.autograd.gradcheck`` work; the backward recomputes from the saved inputs (no per-token
 state is kept between forward and backward).
 
-Where it computes: CPU tensors on the cpu backend (float32; float64 on the ref backend, the
-float64 oracle), with ``torch.get_num_threads()`` threads; CUDA tensors on the cuda backend, on
-the tensor's device and the current stream. bfloat16 and float16 inputs are computed in float32
-and the output is returned in the input's dtype, as transformers' pure-PyTorch fallback does; the
-final state stays in the compute dtype. ``with gdn.torch.backend("ref"):`` forces a backend.
+Where it computes: CPU tensors on the cpu backend (float64 on the ref backend, the float64
+oracle), with ``torch.get_num_threads()`` threads; CUDA tensors on the cuda backend, on the
+tensor's device and the current stream. ``with gdn.torch.backend("ref"):`` forces a backend.
+
+Element types (docs/SPEC.md section 3.1): bfloat16, float16 and float32 q, k, v of one dtype go to
+the library as they are (no copy; views into one projection buffer read in place), with beta in
+q's dtype or float32 and g in float32 or bfloat16; the output and the gradients of q, k, v come
+back in q's dtype, those of g and beta in theirs; states are float32. The library reads each
+element exactly and rounds each result once. A g or beta in another dtype (float16 g, say) is
+converted to float32, a copy of that small tensor only; q, k, v of different dtypes are all
+converted to float32; float64 anywhere makes a float64 call. ``precision="bf16"`` lets the
+backend round its chunk products' operands to bfloat16 where the hardware multiplies bfloat16
+natively (``"exact"``, the default, never does).
 """
 
 import contextlib
@@ -63,9 +71,15 @@ def _context_for(t):
     raise _errors.UnsupportedError(f"gdn computes on cpu and cuda tensors, not on {t.device}")
 
 
-def _empty(shape, like):
-    """A fresh tensor for gdn to write; large host ones are backed by huge pages (fewer faults)."""
-    t = torch.empty(shape, dtype=like.dtype, device=like.device)
+def _state_dtype(x):
+    """The dtype of a state in a call whose q/k/v are of dtype x (SPEC 3.1)."""
+    return torch.float64 if x == torch.float64 else torch.float32
+
+
+def _empty(shape, like, dtype=None):
+    """A fresh tensor for gdn to write (in like's dtype unless given); large host ones are backed
+    by huge pages (fewer faults)."""
+    t = torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
     if t.device.type == "cpu" and t.numel() * t.element_size() >= _gdn.huge_page_min_bytes:
         _gdn.advise_huge_pages(t)
     return t
@@ -90,54 +104,60 @@ def _gdn_view(state, state_v_first):
 @torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                 initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: Optional[float],
-                want_state: bool, l2norm: bool, state_v_first: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                want_state: bool, l2norm: bool, state_v_first: bool, precision: int
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
     if l2norm:
         q, k = _normalized(q), _normalized(k)
     out = _empty(v.shape, v)
-    states = _empty(_state_shape(q, v, cu_seqlens, state_v_first), v) if want_state else v.new_empty(0)
+    state_dtype = _state_dtype(v.dtype)
+    states = _empty(_state_shape(q, v, cu_seqlens, state_v_first), v, state_dtype) if want_state \
+        else v.new_empty(0, dtype=state_dtype)
     _gdn.forward(_context_for(v)._native, q, k, v, g, beta, _gdn_view(initial_state, state_v_first), out,
-                 _gdn_view(states, state_v_first) if want_state else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens)
+                 _gdn_view(states, state_v_first) if want_state else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens,
+                 None, precision)
     return out, states
 
 
 @_forward_op.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm, state_v_first):
+def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm, state_v_first, precision):
     states_shape = _state_shape(q, v, cu_seqlens, state_v_first) if want_state else (0,)
-    return v.new_empty(v.shape), v.new_empty(states_shape)
+    return v.new_empty(v.shape), v.new_empty(states_shape, dtype=_state_dtype(v.dtype))
 
 
 @torch.library.custom_op("gdn::gated_delta_rule_bwd", mutates_args=())
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                  initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
                  d_out: Optional[torch.Tensor], d_state: Optional[torch.Tensor], scale: Optional[float], l2norm: bool,
-                 state_v_first: bool
+                 state_v_first: bool, precision: int
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    grads = [_empty(t.shape, t) for t in (q, k, v, g, beta)]
-    d_initial = _empty(initial_state.shape, v) if initial_state is not None else v.new_empty(0)
+    grads = [_empty(t.shape, t) for t in (q, k, v, g, beta)]  # each in its input's dtype (SPEC 3.1)
+    d_initial = _empty(initial_state.shape, initial_state) if initial_state is not None else v.new_empty(0)
     q_used, k_used = (_normalized(q), _normalized(k)) if l2norm else (q, k)
     _gdn.backward(_context_for(v)._native, q_used, k_used, v, g, beta, _gdn_view(initial_state, state_v_first),
                   d_out, _gdn_view(d_state, state_v_first), *grads,
                   _gdn_view(d_initial, state_v_first) if initial_state is not None else None, scale, _HEAD_MAP_GROUPED,
-                  False, cu_seqlens)
+                  False, cu_seqlens, None, precision)
     if l2norm:
         grads[0], grads[1] = _normalized_backward(q, grads[0]), _normalized_backward(k, grads[1])
     return (*grads, d_initial)
 
 
 @_backward_op.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale, l2norm, state_v_first):
+def _(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state, scale, l2norm, state_v_first, precision):
     d_initial = initial_state.new_empty(initial_state.shape) if initial_state is not None else v.new_empty(0)
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), g.new_empty(g.shape),
             beta.new_empty(beta.shape), d_initial)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm, state_v_first = inputs
+    q, k, v, g, beta, initial_state, cu_seqlens, scale, want_state, l2norm, state_v_first, precision = inputs
+    # The inputs as given (bfloat16 views into the caller's projection, say): no copy is kept.
     ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens)
     ctx.scale = scale
     ctx.want_state = want_state
     ctx.l2norm = l2norm
     ctx.state_v_first = state_v_first
+    ctx.precision = precision
 
 
 def _backward(ctx, d_out, d_states):
@@ -145,8 +165,8 @@ def _backward(ctx, d_out, d_states):
     d_state = readable_state(d_states) if ctx.want_state and d_states is not None else None
     d_out = readable(d_out) if d_out is not None else None
     dq, dk, dv, dg, dbeta, d_initial = _backward_op(q, k, v, g, beta, initial_state, cu_seqlens, d_out, d_state,
-                                                    ctx.scale, ctx.l2norm, ctx.state_v_first)
-    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None, None, None
+                                                    ctx.scale, ctx.l2norm, ctx.state_v_first, ctx.precision)
+    return dq, dk, dv, dg, dbeta, (d_initial if initial_state is not None else None), None, None, None, None, None, None
 
 
 torch.library.register_autograd("gdn::gated_delta_rule_fwd", _backward, setup_context=_setup_context)
@@ -157,13 +177,13 @@ torch.library.register_autograd("gdn::gated_delta_rule_fwd", _backward, setup_co
 # the initial state it would need is overwritten.
 def _update_in_place(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      state: torch.Tensor, state_indices: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
-                     scale: Optional[float], l2norm: bool, state_v_first: bool) -> torch.Tensor:
+                     scale: Optional[float], l2norm: bool, state_v_first: bool, precision: int) -> torch.Tensor:
     if l2norm:
         q, k = _normalized(q), _normalized(k)
     out = _empty(v.shape, v)
     view = _gdn_view(state, state_v_first)
     _gdn.forward(_context_for(v)._native, q, k, v, g, beta, view, out, view, scale, _HEAD_MAP_GROUPED, False,
-                 cu_seqlens, state_indices)
+                 cu_seqlens, state_indices, precision)
     return out
 
 
@@ -171,7 +191,7 @@ _update_op = torch.library.custom_op("gdn::gated_delta_rule_update", mutates_arg
 
 
 @_update_op.register_fake
-def _(q, k, v, g, beta, state, state_indices, cu_seqlens, scale, l2norm, state_v_first):
+def _(q, k, v, g, beta, state, state_indices, cu_seqlens, scale, l2norm, state_v_first, precision):
     return v.new_empty(v.shape)
 
 
@@ -191,6 +211,7 @@ def _plain_eager(*tensors):
 # autograd-tracked torch ops, whose saved intermediates and fresh temporaries cost more than the
 # normalisation itself; on the host, one fused pass of the extension.
 _L2NORM_EPS = 1e-6
+_HALF = (torch.bfloat16, torch.float16)
 
 
 def _fused_rows(x):
@@ -199,7 +220,10 @@ def _fused_rows(x):
 
 
 def _normalized(x):
-    """x with every row (last dimension) divided by its norm, in a fresh tensor."""
+    """x with every row (last dimension) divided by its norm, in a fresh tensor. bfloat16 and
+    float16 rows are normalised in float32 and rounded once to their dtype, as FLA's kernel does."""
+    if x.dtype in _HALF:
+        return _normalized(x.float()).to(x.dtype)
     if _fused_rows(x):
         y = _empty(x.shape, x)
         _gdn.l2norm_rows(x, y, _L2NORM_EPS, torch.get_num_threads())
@@ -209,6 +233,8 @@ def _normalized(x):
 
 def _normalized_backward(x, dy):
     """The gradient at x through _normalized, given the output's gradient dy (overwritten)."""
+    if x.dtype in _HALF:
+        return _normalized_backward(x.float(), dy.float()).to(x.dtype)
     if _fused_rows(x) and dy.is_contiguous():
         _gdn.l2norm_rows_backward(x, dy, _L2NORM_EPS, torch.get_num_threads())
         return dy
@@ -219,7 +245,7 @@ def _normalized_backward(x, dy):
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
-                           cp_context=None, **kwargs):
+                           cp_context=None, *, precision="exact", **kwargs):
     """The gated delta rule over a batch, as ``fla.ops.gated_delta_rule.chunk_gated_delta_rule``.
 
     FLA's parameters, in FLA's order, with FLA's meaning: ``scale`` None is ``1/sqrt(K)`` and any
@@ -231,36 +257,39 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     ``chunk_size`` are FLA's blocking and are ignored (gdn blocks its own way; the result is the
     same recurrence); keywords ``use_gate_in_kernel``, ``A_log``, ``dt_bias`` compute
     ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is refused as FLA refuses
-    it; ``cp_context`` (FLA's context parallel) is not supported.
+    it; ``cp_context`` (FLA's context parallel) is not supported. Keyword-only, gdn's own:
+    ``precision``, ``"exact"`` (default) or ``"bf16"`` (see the module's documentation).
 
     Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state ``[N, HV, K, V]``
-    (``[N, HV, V, K]`` with ``state_v_first``), contiguous, in the compute dtype (float32, or
-    float64 when any of q, k, v is float64), None unless ``output_final_state``. Inputs may mix
-    floating dtypes as FLA allows (say float32 q/k with float16 v/beta): each is converted to the
-    compute dtype. States in either layout are read and written in place by strides: an
-    ``initial_state`` in the compute dtype with its K or V dimension contiguous is not copied.
-    T = 0 (or B = 0) returns an empty o and the initial state.
+    (``[N, HV, V, K]`` with ``state_v_first``), contiguous, float32 (float64 when any of q, k, v
+    is float64), None unless ``output_final_state``. bfloat16, float16 and float32 q, k, v of one
+    dtype are passed as they are (see the module's documentation for g and beta); inputs that mix
+    dtypes as FLA allows (say float32 q/k with float16 v/beta) are converted to float32. States in
+    either layout are read and written in place by strides: a float32 ``initial_state`` (float64
+    in a float64 call) with its K or V dimension contiguous is not copied; one in another dtype is
+    converted. T = 0 (or B = 0) returns an empty o and the initial state.
     """
     if "head_first" in kwargs:
         raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
     if cp_context is not None:
         raise _errors.UnsupportedError("cp_context: gdn.torch does not run FLA's context parallel")
+    precision = _core.precision_value(precision)
     p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
                 kwargs)
     state = None
     if initial_state is not None:
         check_state(initial_state, q, v, p.sequences, state_v_first)
-        state = readable_state(initial_state.to(p.compute))
-    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
-                                 bool(output_final_state), bool(use_qk_l2norm_in_kernel), bool(state_v_first))
+        state = readable_state(initial_state.to(p.state_dtype))
+    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale, bool(output_final_state),
+                                 bool(use_qk_l2norm_in_kernel), bool(state_v_first), precision)
     return o.to(p.out_dtype), (final_state if output_final_state else None)
 
 
 def _check_updatable(state, p, inputs):
-    """The state the in-place update writes: in the compute dtype, addressable as it is, no autograd."""
-    if state.dtype != p.compute:
+    """The state the in-place update writes: in the call's state dtype, addressable as it is, no autograd."""
+    if state.dtype != p.state_dtype:
         raise _errors.ElementTypeError(
-            f"initial_state has dtype {state.dtype}; updated in place it must be in the compute dtype {p.compute} "
+            f"initial_state has dtype {state.dtype}; updated in place it must be in the state dtype {p.state_dtype} "
             "(float64 when any of q, k, v is float64, else float32)")
     if readable_state(state) is not state:
         raise _errors.LayoutError(
@@ -286,7 +315,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      use_gate_in_kernel=False, A_log=None, dt_bias=None,
                                      use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
                                      cu_seqlens=None, *, ssm_state_indices=None, initial_state_indices=None,
-                                     inplace_final_state=None, **kwargs):
+                                     inplace_final_state=None, precision="exact", **kwargs):
     """The gated delta rule token by token, as ``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule``,
     with the continuous batching of serving engines: the decoding step.
 
@@ -308,10 +337,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     - ``inplace_final_state``: the final states written over the initial ones, into the pool's
       slots with indices, into ``initial_state`` without: no state is allocated or copied, and the
       returned final state is ``initial_state`` itself. Default: True with indices (vLLM's
-      default), False without (FLA's behaviour). In place needs ``initial_state`` in the compute
-      dtype, with its K or V dimension contiguous, and no autograd (run it under
+      default), False without (FLA's behaviour). In place needs ``initial_state`` in float32
+      (float64 in a float64 call), with its K or V dimension contiguous, and no autograd (run it under
       ``torch.no_grad()``). ``inplace_final_state=False`` with indices reads the pool's slots
       (copied out) and returns the final states ``[N, HV, K, V]`` as FLA does, with autograd.
+    - ``precision``: ``"exact"`` (default) or ``"bf16"``, as for :func:`chunk_gated_delta_rule`.
 
     Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state as above, or as
     :func:`chunk_gated_delta_rule` returns it (None unless ``output_final_state``).
@@ -331,6 +361,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         raise _errors.InvalidArgumentError(
             "ssm_state_indices and initial_state_indices are one argument under vLLM's and SGLang's names: pass one")
     indices = ssm_state_indices if ssm_state_indices is not None else initial_state_indices
+    precision = _core.precision_value(precision)
     if isinstance(v, torch.Tensor) and v.dim() == 4:
         if beta is None:
             beta = v.new_ones(v.shape[:3])
@@ -359,11 +390,12 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                 "inplace_final_state=True writes the final states over initial_state: pass it")
         _check_updatable(initial_state, p, (q, k, v, g, beta))
         update = _update_in_place if _plain_eager(p.q, p.v, initial_state) else _update_op
-        o = update(p.q, p.k, p.v, p.gate, p.beta, initial_state, indices, p.cu_seqlens, p.scale, l2norm, v_first)
+        o = update(p.q, p.k, p.v, p.gate, p.beta, initial_state, indices, p.cu_seqlens, p.scale, l2norm, v_first,
+                   precision)
         return (o if o.dtype == p.out_dtype else o.to(p.out_dtype)), initial_state
     state = initial_state if indices is None else _gathered(initial_state, indices)
     if state is not None:
-        state = readable_state(state.to(p.compute))
+        state = readable_state(state.to(p.state_dtype))
     o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
-                                 bool(output_final_state), l2norm, v_first)
+                                 bool(output_final_state), l2norm, v_first, precision)
     return o.to(p.out_dtype), (final_state if output_final_state else None)

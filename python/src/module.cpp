@@ -251,8 +251,9 @@ private:
 using Arg = nb::handle;
 
 // scale: None is the library's default 1/sqrt(Sk); any value, 0.0 included, is used as given.
+// precision: a gdn_precision value; the library refuses one it does not know.
 gdn_problem make_problem(Binder &bind, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, std::optional<double> scale,
-                         int head_map, Arg cu_seqlens, Arg state_indices) {
+                         int head_map, Arg cu_seqlens, Arg state_indices, int precision) {
     if (head_map != GDN_HEAD_MAP_TILED && head_map != GDN_HEAD_MAP_GROUPED)
         raise(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is neither tiled (0) nor grouped (1)", head_map);
     gdn_problem p{};
@@ -267,13 +268,16 @@ gdn_problem make_problem(Binder &bind, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
     p.head_map = static_cast<gdn_head_map>(head_map);
     p.cu_seqlens = bind.indices(cu_seqlens, "cu_seqlens", "the N + 1 offsets");
     p.state_indices = bind.indices(state_indices, "state_indices", "the state slots, one per sequence");
+    p.precision = static_cast<gdn_precision>(precision);
     return p;
 }
 
 void forward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg out, Arg states,
-             std::optional<double> scale, int head_map, bool dry_run, Arg cu_seqlens, Arg state_indices) {
+             std::optional<double> scale, int head_map, bool dry_run, Arg cu_seqlens, Arg state_indices,
+             int precision) {
     Binder bind(ctx);
-    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices);
+    const gdn_problem p =
+        make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices, precision);
     const gdn_tensor o = bind.tensor(out, "out", true), s = bind.tensor(states, "states", true);
     const gdn_tensor *o_ptr = out.is_none() ? nullptr : &o, *s_ptr = states.is_none() ? nullptr : &s;
     gdn_status status;
@@ -286,9 +290,10 @@ void forward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg 
 
 void backward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg d_out, Arg d_states, Arg dq, Arg dk,
               Arg dv, Arg dg, Arg dbeta, Arg dstate, std::optional<double> scale, int head_map, bool dry_run,
-              Arg cu_seqlens, Arg state_indices) {
+              Arg cu_seqlens, Arg state_indices, int precision) {
     Binder bind(ctx);
-    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices);
+    const gdn_problem p =
+        make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices, precision);
     const gdn_tensor d_o = bind.tensor(d_out, "d_out"), d_s = bind.tensor(d_states, "d_states");
     const gdn_grads grads{bind.tensor(dq, "dq", true), bind.tensor(dk, "dk", true),
                           bind.tensor(dv, "dv", true), bind.tensor(dg, "dg", true),
@@ -330,13 +335,13 @@ NB_MODULE(_gdn, m) {
     m.def("forward", &forward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("out").none(), nb::arg("states").none(), nb::arg("scale").none(),
           nb::arg("head_map"), nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none(),
-          nb::arg("state_indices").none() = nb::none());
+          nb::arg("state_indices").none() = nb::none(), nb::arg("precision") = 0);
     m.def("backward", &backward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("d_out").none(), nb::arg("d_states").none(),
           nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::arg("dg").none(),
           nb::arg("dbeta").none(), nb::arg("dstate").none(), nb::arg("scale").none(), nb::arg("head_map"),
           nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none(),
-          nb::arg("state_indices").none() = nb::none());
+          nb::arg("state_indices").none() = nb::none(), nb::arg("precision") = 0);
     gdn_python::bind_l2norm(m);
     gdn_python::bind_memory(m);
     m.def("backend_available", [](const std::string &name) { return gdn_backend_available(name.c_str()) != 0; });

@@ -23,6 +23,25 @@ def test_c_api_baseline_matches_the_binding():
     assert torch.equal(out, expected)
 
 
+def bench_backend_takes_bf16():
+    from gdn import bench
+    return bench._gdn_takes_bf16()
+
+
+def test_c_api_baseline_passes_bf16_and_precision():
+    """The ctypes mirror with bfloat16 tensors and precision set: the binding's bits (on ref)."""
+    gen = torch.Generator().manual_seed(1)
+    q, k = (torch.nn.functional.normalize(torch.randn(1, 20, 2, 16, generator=gen), dim=-1).bfloat16()
+            for _ in range(2))
+    v = torch.randn(1, 20, 4, 8, generator=gen).bfloat16()
+    g, beta = -torch.rand(1, 20, 4, 1, generator=gen), torch.rand(1, 20, 4, 1, generator=gen).bfloat16()
+    out = torch.empty_like(v)
+    _capi.Context("ref", 1).forward(_capi.problem(q, k, v, g, beta, precision=1), _capi.tensor(out), None)
+    expected, _ = gdn.forward(q, k, v, g, beta, states=False, head_map="grouped", ctx=gdn.Context("ref"),
+                              precision="bf16")
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+
+
 def test_decoding_baseline_updates_the_pool_as_the_binding_does():
     """The decoding rows' C API call (an FLA-layout pool by strides, reversed slots with gaps) and
     gdn.torch's give the same bits, in the same slots, leaving the others as they were."""
@@ -48,5 +67,10 @@ def test_bench_prints_every_table():
                            "--threads", "1", "--decode-batches", "2"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 8 |")]
-    assert len(rows) == 4, done.stdout  # fwd and fwd+bwd, in each table
+    assert len(rows) == 6, done.stdout  # fwd and fwd+bwd, in each table (float32, bfloat16, binding)
+    bf16_rows = rows[2:4]
+    if bench_backend_takes_bf16():
+        assert not any("refused" in row for row in bf16_rows), done.stdout
+    else:
+        assert all(row.count("refused by the backend") == 2 for row in bf16_rows), done.stdout
     assert [line for line in done.stdout.splitlines() if line.startswith("| 2 | 1 |")], done.stdout

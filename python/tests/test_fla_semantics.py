@@ -24,7 +24,12 @@ def test_signature_is_flas():
     if fla is None:
         pytest.skip("FLA is not installed (set GDN_FLA_SITE to an FLA install)")
     ours = []
-    for p in inspect.signature(gt.chunk_gated_delta_rule).parameters.values():
+    parameters = inspect.signature(gt.chunk_gated_delta_rule).parameters.values()
+    # gdn's own keyword-only parameters, beside FLA's
+    assert {p.name: p.default for p in parameters if p.kind == p.KEYWORD_ONLY} == dict(precision="exact")
+    for p in parameters:
+        if p.kind == p.KEYWORD_ONLY:
+            continue
         if p.kind == p.VAR_KEYWORD:
             ours.append((f"**{p.name}", None))
         else:

@@ -61,7 +61,8 @@ def test_fused_recurrent_signature_starts_with_flas():
                   if p.kind == p.POSITIONAL_OR_KEYWORD]
     assert positional == [entry for entry in fla if entry[0] != "**kwargs"]
     keyword_only = {p.name: p.default for p in parameters if p.kind == p.KEYWORD_ONLY}
-    assert keyword_only == dict(ssm_state_indices=None, initial_state_indices=None, inplace_final_state=None)
+    assert keyword_only == dict(ssm_state_indices=None, initial_state_indices=None, inplace_final_state=None,
+                                precision="exact")
     assert parameters[-1].kind == parameters[-1].VAR_KEYWORD
 
 
@@ -214,7 +215,7 @@ def test_the_update_op_passes_torchs_checks():
     pool = pool_of(3, dtype=torch.float32)
     for indices in (torch.tensor([2, 0]), None):
         state = pool if indices is not None else pool[:2].clone()
-        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, indices, None, 0.5, True, False)
+        args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, indices, None, 0.5, True, False, 0)
         torch.library.opcheck(torch.ops.gdn.gated_delta_rule_update.default, args)
 
 
@@ -247,7 +248,7 @@ def bad_pool_calls():
         ("both names", dict(initial_state_indices=torch.tensor([0, 1])), gdn.InvalidArgumentError, "pass one"),
         ("no pool", dict(initial_state=None), gdn.InvalidArgumentError, "initial_state"),
         ("pool shape", dict(initial_state=pool[..., :3]), gdn.ShapeError, "initial_state has shape"),
-        ("pool dtype", dict(initial_state=pool.double()), gdn.ElementTypeError, "compute dtype"),
+        ("pool dtype", dict(initial_state=pool.double()), gdn.ElementTypeError, "state dtype"),
         ("pool strides", dict(initial_state=torch.zeros(4, 4, 16, 12)[:, :, ::2, ::2]), gdn.LayoutError, "strides"),
         ("autograd", dict(q=q.clone().requires_grad_()), gdn.UnsupportedError, "no autograd"),
         ("gv", dict(gv=torch.zeros(2, 1, 4, 6)), gdn.UnsupportedError, "gv"),

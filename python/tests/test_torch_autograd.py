@@ -84,7 +84,7 @@ def test_opcheck():
     q, k, v, g, beta, h0 = (x.detach().float() for x in small_inputs(T=5))
     for l2norm in (False, True):
         for state_v_first, state in ((False, h0), (True, h0.transpose(-1, -2).contiguous())):
-            args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True, l2norm, state_v_first)
+            args = (q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), state, None, 0.0, True, l2norm, state_v_first, 0)
             torch.library.opcheck(torch.ops.gdn.gated_delta_rule_fwd.default, args)
 
 

@@ -11,6 +11,7 @@ import torch
 import fla_reference
 import gdn.torch as gt
 import hf_reference as hf
+from half_types import on_backends
 
 FORWARD_NMSE_F32, BACKWARD_NMSE_F32 = 1e-10, 1e-9
 
@@ -110,14 +111,20 @@ def test_decoding_step_matches_the_recurrent_function():
     assert max(fwd) < 1e-20 and max(bwd) < 1e-20
 
 
-def test_bfloat16_is_computed_in_float32_like_the_fallback():
+@pytest.mark.parametrize("backend", on_backends(("bfloat16",)))
+def test_bfloat16_matches_the_fallback(backend):
+    """bfloat16 q, k, v as transformers' fallback takes them: the fallback converts them to float32;
+    gdn reads them as they are, with float32 states, and rounds o once to bfloat16. gdn normalises
+    q and k in float32 and rounds them once to bfloat16, as FLA's kernel does (the fallback keeps
+    them in float32): the fallback gets them normalised so."""
     leaves, views = make_inputs(1, 40, 2, 4, 32, 32, "weak", True, seed=6, dtype=torch.float32)
     q, k, v, g, beta, h0 = (x.detach() if x is not None else None for x in views(leaves))
     q16, k16, v16 = (x.to(torch.bfloat16) for x in (q, k, v))
-    o_ref, s_ref = hf.chunk(q16, k16, v16, g, beta, initial_state=h0, output_final_state=True,
-                            use_qk_l2norm_in_kernel=True)
-    o, s = gt.chunk_gated_delta_rule(q16, k16, v16, g, beta, initial_state=h0, output_final_state=True,
-                                     use_qk_l2norm_in_kernel=True)
+    q_normed, k_normed = (hf.modeling_qwen3_5.l2norm(x.float(), dim=-1, eps=1e-6).to(x.dtype) for x in (q16, k16))
+    o_ref, s_ref = hf.chunk(q_normed, k_normed, v16, g, beta, initial_state=h0, output_final_state=True)
+    with gt.backend(backend):
+        o, s = gt.chunk_gated_delta_rule(q16, k16, v16, g, beta, initial_state=h0, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True)
     assert o.dtype == torch.bfloat16 and s.dtype == torch.float32
     assert nmse(o, o_ref) < 1e-5 and nmse(s, s_ref) < 1e-10  # the output's bf16 rounding; the state's f32
 

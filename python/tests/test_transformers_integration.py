@@ -20,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 import gdn  # noqa: E402
 import gdn.torch  # noqa: E402
 from gdn.integrations import transformers as gdn_hf  # noqa: E402
+from half_types import on_backends  # noqa: E402
 
 from transformers_support import (  # noqa: E402  (the fixtures are used by name)
     CHUNK, PRESENT, RECURRENT, float64_compute, gdn_calls, generate, loss_and_grads, modeling, no_patch_leaks,
@@ -159,7 +160,8 @@ def test_multi_token_step_on_a_cache_matches_unpatched(gdn_calls):
     assert gdn_calls == [(12, False, True)] * 2 + [(8, True, True)] * 2
 
 
-def test_adapters_keep_transformers_return_conventions():
+@pytest.mark.parametrize("backend", on_backends(("bfloat16",)))
+def test_adapters_keep_transformers_return_conventions(backend):
     torch.manual_seed(3)
     B, T, H, HV, K, V = 2, 5, 2, 4, 16, 8
     q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
@@ -169,12 +171,17 @@ def test_adapters_keep_transformers_return_conventions():
     require("qwen3_5")  # the reference: Qwen3.5's function, which repeats the key heads itself
     import hf_reference as hf
     reference = hf.chunk
+    # gdn normalises bfloat16 q and k in float32 and rounds them once to bfloat16, as FLA's kernel
+    # does; transformers' function keeps them in float32. The reference gets them normalised as gdn's.
+    q_normed, k_normed = (hf.modeling_qwen3_5.l2norm(x.float(), dim=-1, eps=1e-6).to(x.dtype) for x in (q, k))
     for adapter in (gdn_hf.chunk_gated_delta_rule, gdn_hf.recurrent_gated_delta_rule):
-        o, state = adapter(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=True, cu_seqlens=None, output_attentions=False, position_ids=None)
-        assert o.dtype == torch.bfloat16 and o.shape == (B, T, HV, V) and state is None
-        o, state = adapter(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
-        o_ref, state_ref = reference(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+        with gdn.torch.backend(backend):
+            o, state = adapter(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
+                               use_qk_l2norm_in_kernel=True, cu_seqlens=None, output_attentions=False,
+                               position_ids=None)
+            assert o.dtype == torch.bfloat16 and o.shape == (B, T, HV, V) and state is None
+            o, state = adapter(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+        o_ref, state_ref = reference(q_normed, k_normed, v, g=g, beta=beta, output_final_state=True)
         assert state.shape == state_ref.shape == (B, HV, K, V) and state.dtype == state_ref.dtype == torch.float32
         assert relative_error(state, state_ref) < 1e-5
         assert relative_error(o.double(), o_ref.double()) < 1e-2  # bfloat16 output rounding

@@ -34,7 +34,7 @@ q/k with the key-head count and v with the value-head count (value head h reads 
 final_state None unless ``output_final_state``. A chunk with no tokens (assisted generation
 sends them) returns an empty o and the initial state. What differs, on purpose: ``chunk_size`` is
 ignored (gdn chooses its own blocking; the result is the same recurrence); the final state is in
-gdn's compute dtype (float32, or float64 for float64 inputs, where transformers' function rounds
+gdn's state dtype (float32, or float64 for float64 inputs, where transformers' function rounds
 to float32); the decoding step updates the cache's state in place (``recurrent_gated_delta_rule``
 below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences,
 passed by the layer as ``cu_seq_lens_q``) works, where transformers' function refuses it without
@@ -62,7 +62,7 @@ import torch
 from . import _cache_states
 from .. import _errors
 from .. import torch as _gdn_torch
-from .._fla_args import compute_dtype as _compute_dtype
+from .._fla_args import call_dtypes as _call_dtypes
 from .._fla_args import readable_state
 
 __all__ = ["MODELS", "patch", "unpatch", "patched", "patched_models",
@@ -113,12 +113,12 @@ def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_st
 def _updatable_in_place(initial_state, output_final_state, tensors):
     """Whether the decoding step can write its final state over ``initial_state``: the cache's own
     state, just read by the layer from a cache that keeps no copy of its past (_cache_states), the
-    layer asks for the final state (to store it over that very tensor), the state is in the compute
-    dtype with K or V contiguous, and no gradient flows."""
+    layer asks for the final state (to store it over that very tensor), the state is in the call's
+    state dtype (float32; float64 for float64 inputs) with K or V contiguous, and no gradient flows."""
     if initial_state is None or not output_final_state or not _cache_states.handed_out(initial_state):
         return False
     query, key, value = tensors[:3]
-    if initial_state.dtype != _compute_dtype(query, key, value) or readable_state(initial_state) is not initial_state:
+    if initial_state.dtype != _call_dtypes(query, key, value)[1] or readable_state(initial_state) is not initial_state:
         return False
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, initial_state)))
 
