@@ -18,7 +18,6 @@
 //
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
-#include <deque>
 #include <system_error>
 #include <utility>
 #include <thread>
@@ -66,7 +65,7 @@ public:
     }
 
     Status forward(const ForwardArgs &packed) override {
-        const std::vector<const ForwardArgs *> calls = split_sequences(packed, forward_calls_);
+        const std::vector<const ForwardArgs *> &calls = forward_calls_.split(packed);
         const Dims widest = longest(calls);
         const int threads = pool_.size();
         const int64_t max_chunk = chunk_length(widest, false);
@@ -103,7 +102,7 @@ public:
                 workspace_ += forward_[w].bytes();
             }
         }
-        pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
+        const auto run_item = [&](int64_t i, int worker) {
             const WorkItem &item = items_[i];
             const ForwardArgs &a = *calls[item.call];
             const Dims &d = a.dims;
@@ -117,12 +116,13 @@ public:
                 cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
                                    forward_[worker]);
             }
-        });
+        };
+        pool_.run_weighted(item_weights(), run_item);
         return {};
     }
 
     Status backward(const BackwardArgs &packed) override {
-        const std::vector<const BackwardArgs *> calls = split_sequences(packed, backward_calls_);
+        const std::vector<const BackwardArgs *> &calls = backward_calls_.split(packed);
         const Dims widest = longest(calls);
         const int threads = pool_.size();
         const bool tokens = per_token(widest, per_token_max_tokens_backward);  // chunk_size = 1: every call
@@ -380,8 +380,8 @@ private:
 
     cpu::ThreadPool pool_;
     int chunk_size_;
-    std::deque<SequenceForward> forward_calls_;    // views of the packed sequences of the current call
-    std::deque<SequenceBackward> backward_calls_;
+    ForwardSequences forward_calls_;    // views of the packed or pooled sequences of the current call
+    BackwardSequences backward_calls_;
     std::vector<WorkItem> items_;
     std::vector<int64_t> weights_;  // item_weights(), kept between calls
     std::vector<size_t> plan_of_item_;
