@@ -11,7 +11,8 @@
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
 // so many short sequences fill the gaps the long ones leave, and a chunk never crosses a
-// sequence boundary. Long inputs use the chunked (WY)
+// sequence boundary; a decoding step's items (per-token units of one length: pooled or packed
+// sequences too) are all alike and split statically instead. Long inputs use the chunked (WY)
 // form (chunk_*.cpp); decoding-size inputs (T up to a measured crossover, when chunk_size is 0) and
 // chunk_size = 1 use the per-token recurrence: cpu/token_forward.cpp (vectorised) forward,
 // src/math/token_driver.h in float backward.
@@ -117,7 +118,12 @@ public:
                                    forward_[worker]);
             }
         };
-        pool_.run_weighted(item_weights(), run_item);
+        // Decoding (every item a per-token unit of the same length): items of equal cost, so each
+        // worker takes a contiguous share, the same heads of the same sequences call after call.
+        // Those states stay in the worker's own cache between calls (each worker writes the
+        // states it read), and no item is handed out through a shared counter.
+        if (equal_token_items()) pool_.run(static_cast<int64_t>(items_.size()), run_item);
+        else pool_.run_weighted(item_weights(), run_item);
         return {};
     }
 
@@ -322,6 +328,14 @@ private:
         for (const WorkItem &item : items_)
             weights_.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin));
         return weights_;
+    }
+
+    // Every item is a per-token unit over the same number of tokens (a decoding step: unpacked,
+    // pooled, or packed sequences of one length).
+    bool equal_token_items() const {
+        for (const WorkItem &item : items_)
+            if (item.plan >= 0 || item.tokens != items_.front().tokens) return false;
+        return true;
     }
 
     void prefetch_initial_states(const std::vector<const ForwardArgs *> &calls, const WorkItem &item) const {
