@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/validate.h"
@@ -104,6 +105,26 @@ gdn::Status create_context(const char *backend, const gdn_context_params &params
 
 namespace {
 
+// The host vectors the values of cu_seqlens and state_indices are read into: lent to each call
+// by its thread and kept for the thread's next call (in a context or another), so that a
+// decoding call with no more sequences than an earlier one allocates nothing for them.
+template <class Args>
+class LentIndexVectors {
+public:
+    explicit LentIndexVectors(Args &args) : args_(args) { swap(); }
+    ~LentIndexVectors() { swap(); }
+    LentIndexVectors(const LentIndexVectors &) = delete;
+    LentIndexVectors &operator=(const LentIndexVectors &) = delete;
+
+private:
+    void swap() {
+        thread_local std::vector<int64_t> offsets, slots;
+        args_.offsets.swap(offsets);
+        args_.state_slots.swap(slots);
+    }
+    Args &args_;
+};
+
 // The values of cu_seqlens and state_indices, read by the backend (they may live on a device)
 // and checked.
 template <class Args>
@@ -148,6 +169,7 @@ gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor 
         GDN_TRY(check_share(m));
         gdn::ForwardArgs args;
         GDN_TRY(gdn::validate_forward(p, out, states, args));
+        const LentIndexVectors lent(args);
         GDN_TRY(read_indices(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, false));
         if (!m.compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
@@ -164,6 +186,7 @@ gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor
         GDN_TRY(check_share(m));
         gdn::BackwardArgs args;
         GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));
+        const LentIndexVectors lent(args);
         GDN_TRY(read_indices(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, true));
         const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;

@@ -84,35 +84,39 @@ def _check_index_vector(name, t, device, what):
 
 
 def check_inputs(q, k, v, g, beta, cu_seqlens):
-    """Checks q, k, v, g, beta and the offsets; returns N, the number of sequences."""
-    tensors = (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))
+    """Checks q, k, v, g, beta and the offsets; returns N, the number of sequences. (Run on every
+    decoding step: shapes are compared as torch.Size, made tuples only for the messages.)"""
     device = q.device if isinstance(q, torch.Tensor) else None
-    for name, t in tensors:
-        _check_tensor(name, t, device)
-    shapes = {name: tuple(t.shape) for name, t in tensors}
-    for name, rank in (("q", 4), ("k", 4), ("v", 4), ("beta", 3)):
-        if len(shapes[name]) != rank:
-            raise _errors.ShapeError(f"{name} must have {rank} dimensions ([B, T, H, K] for q/k, [B, T, HV, V] "
-                                     f"for v, [B, T, HV] for g/beta); got shape {shapes[name]}")
-    if len(shapes["g"]) not in (3, 4):
+    _check_tensor("q", q, device)
+    _check_tensor("k", k, device)
+    _check_tensor("v", v, device)
+    _check_tensor("g", g, device)
+    _check_tensor("beta", beta, device)
+    qs, ks, vs, gs, bs = q.shape, k.shape, v.shape, g.shape, beta.shape
+    if len(qs) != 4 or len(ks) != 4 or len(vs) != 4 or len(bs) != 3:
+        for name, shape, rank in (("q", qs, 4), ("k", ks, 4), ("v", vs, 4), ("beta", bs, 3)):
+            if len(shape) != rank:
+                raise _errors.ShapeError(f"{name} must have {rank} dimensions ([B, T, H, K] for q/k, [B, T, HV, V] "
+                                         f"for v, [B, T, HV] for g/beta); got shape {tuple(shape)}")
+    if len(gs) not in (3, 4):
         raise _errors.ShapeError(f"g must be [B, T, HV] (or [B, T, HV, K]: a gate per key channel); "
-                                 f"got shape {shapes['g']}")
-    B, T, H, K = shapes["q"]
-    HV, V = shapes["v"][2:]
-    if shapes["k"] != shapes["q"]:
-        raise _errors.ShapeError(f"k has shape {shapes['k']} but q has {shapes['q']}")
-    if shapes["v"][:2] != (B, T):
-        raise _errors.ShapeError(f"v has shape {shapes['v']}: its [B, T] must be q's {(B, T)}")
+                                 f"got shape {tuple(gs)}")
+    B, T, H, K = qs
+    HV, V = vs[2], vs[3]
+    if ks != qs:
+        raise _errors.ShapeError(f"k has shape {tuple(ks)} but q has {tuple(qs)}")
+    if vs[0] != B or vs[1] != T:
+        raise _errors.ShapeError(f"v has shape {tuple(vs)}: its [B, T] must be q's {(B, T)}")
     if H == 0 or K == 0 or HV == 0 or V == 0:
-        raise _errors.ShapeError(f"q has shape {shapes['q']} and v {shapes['v']}: head counts and head sizes "
+        raise _errors.ShapeError(f"q has shape {tuple(qs)} and v {tuple(vs)}: head counts and head sizes "
                                  "must be at least 1 (only B and T may be 0)")
     if HV % H != 0:
         raise _errors.ShapeError(f"v has {HV} heads, not a multiple of q/k's {H} heads")
-    gate_shape = (B, T, HV) if len(shapes["g"]) == 3 else (B, T, HV, K)
-    if shapes["g"] != gate_shape:
-        raise _errors.ShapeError(f"g has shape {shapes['g']}; expected {gate_shape}")
-    if shapes["beta"] != (B, T, HV):
-        raise _errors.ShapeError(f"beta has shape {shapes['beta']}; expected {(B, T, HV)}")
+    gate_shape = (B, T, HV) if len(gs) == 3 else (B, T, HV, K)
+    if gs != gate_shape:
+        raise _errors.ShapeError(f"g has shape {tuple(gs)}; expected {gate_shape}")
+    if bs != (B, T, HV):
+        raise _errors.ShapeError(f"beta has shape {tuple(bs)}; expected {(B, T, HV)}")
     if cu_seqlens is None:
         return B
     _check_index_vector("cu_seqlens", cu_seqlens, q.device, "N + 1 offsets, as FLA takes it")
@@ -163,12 +167,21 @@ def activated_gate(g, A_log, dt_bias):
     return -A_log.exp() * torch.nn.functional.softplus(g if dt_bias is None else g + dt_bias)
 
 
+def _readable_per_head(t):
+    """A [B, T, HV] g or beta as the extension reads it with a unit innermost dimension (fla_gates):
+    t itself unless it has broadcast strides; a per-channel gate as readable() takes it."""
+    if t.dim() == 3:
+        return t.contiguous() if _has_broadcast_stride(t.shape, t.stride()) else t
+    return readable(t)
+
+
 def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
-            kwargs):
+            kwargs, unit_dims=True):
     """FLA's conventions applied and checked: the gate computed in the op when asked
     (``use_gate_in_kernel``, ``A_log``, ``dt_bias`` in kwargs), beta from logits, the offsets on the
     host when the caller has them there, every input in a dtype the library takes (call_dtypes:
-    bfloat16 and float16 as they are) and readable in place."""
+    bfloat16 and float16 as they are) and readable in place. g and beta get their unit dimension
+    (gdn's layout) unless ``unit_dims`` is False (FLA's, for the extension's fla_gates reading)."""
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise _errors.InvalidArgumentError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
     if kwargs.get("use_gate_in_kernel", False):
@@ -187,6 +200,9 @@ def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigva
     q, k, v = (t if t.dtype == x else t.to(x) for t in (q, k, v))
     g = g if g.dtype == gate_dtype else g.to(gate_dtype)
     beta = beta if beta.dtype == beta_dtype else beta.to(beta_dtype)
-    gate = g.unsqueeze(-1) if g.dim() == 3 else g
-    return Prepared(readable(q), readable(k), readable(v), readable(gate), readable(beta.unsqueeze(-1)), scale,
-                    cu_seqlens, sequences, state_dtype, out_dtype)
+    if unit_dims:
+        gate, beta = readable(g.unsqueeze(-1) if g.dim() == 3 else g), readable(beta.unsqueeze(-1))
+    else:
+        gate, beta = _readable_per_head(g), _readable_per_head(beta)
+    return Prepared(readable(q), readable(k), readable(v), gate, beta, scale, cu_seqlens, sequences, state_dtype,
+                    out_dtype)

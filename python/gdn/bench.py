@@ -20,7 +20,10 @@ and value head).
 Decoding as a server runs it: one token (T = 1) for each of B requests whose states sit in a
 pool in FLA's layout ``[2B, HV, K, V]``, at reversed slots with gaps, updated in place:
 ``gdn.torch.fused_recurrent_gated_delta_rule(..., ssm_state_indices=...)`` against the C API on
-the same call (the same pool, by strides).
+the same call (the same pool, by strides); and ``gdn.torch.chunk_gated_delta_rule`` on the same
+token from B FLA-layout initial states, returning fresh final states, against the C API reading
+the same states and writing its final states into a buffer it keeps. Both run under
+``torch.no_grad()`` entered once, as a serving step runs its whole forward.
 """
 
 import argparse
@@ -165,39 +168,55 @@ def _decode_inputs(B, seed=0):
     return q, k, v, g, beta, pool, slots
 
 
-def _decode_worker(B, threads, min_time, min_runs):
+def _decode_worker(B, threads, min_time, min_runs, op="fused"):
     import torch
     from gdn import _capi
-    from gdn.torch import fused_recurrent_gated_delta_rule
+    from gdn.torch import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     torch.set_num_threads(threads)
     q, k, v, g, beta, pool, slots = _decode_inputs(B)
-    pool_by_strides = pool.transpose(-1, -2)  # gdn's [slots, HV, V, K], value-major: the same memory
-    problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), pool_by_strides, state_indices=slots)
     ctx = _capi.Context(shared=_gdn_torch_context(v))
     out = torch.empty_like(v)
-    out_t, pool_t = _capi.tensor(out), _capi.tensor(pool_by_strides)
+    out_t = _capi.tensor(out)
+    if op == "fused":
+        pool_by_strides = pool.transpose(-1, -2)  # gdn's [slots, HV, V, K], value-major: the same memory
+        problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), pool_by_strides, state_indices=slots)
+        pool_t = _capi.tensor(pool_by_strides)
 
-    def direct():
-        ctx.forward(problem, out_t, pool_t)
+        def direct():
+            ctx.forward(problem, out_t, pool_t)
 
-    def binding():
-        with torch.no_grad():
+        def binding():
             fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool, ssm_state_indices=slots)
-    _alternately(direct, binding, min_time, min_runs)
+    else:
+        states = pool[slots.long()]  # the requests' states, FLA's [B, HV, K, V]
+        final = torch.empty_like(states)
+        problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), states.transpose(-1, -2))
+        final_t = _capi.tensor(final.transpose(-1, -2))
+
+        def direct():
+            ctx.forward(problem, out_t, final_t)
+
+        def binding():
+            chunk_gated_delta_rule(q, k, v, g, beta=beta, initial_state=states, output_final_state=True)
+    with torch.no_grad():
+        _alternately(direct, binding, min_time, min_runs)
 
 
 def _alternately(direct, binding, min_time, min_runs):
     """The C API and gdn.torch alternately in one process, so that whatever else the machine does
-    weighs on both alike; the overhead is the median of the pairwise ratios."""
+    weighs on both alike, each first in every other pair; the overhead is the median of the
+    pairwise ratios."""
     direct(), binding()
     pairs = []
     start = time.perf_counter()
     while len(pairs) < min_runs or time.perf_counter() - start < min_time:
+        first, second = (direct, binding) if len(pairs) % 2 == 0 else (binding, direct)
         t0 = time.perf_counter()
-        direct()
+        first()
         t1 = time.perf_counter()
-        binding()
-        pairs.append(((t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3))
+        second()
+        times = ((t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3)
+        pairs.append(times if first is direct else times[::-1])
     print(json.dumps(dict(direct_ms=statistics.median(p[0] for p in pairs),
                           binding_ms=statistics.median(p[1] for p in pairs),
                           ratio=statistics.median(p[1] / p[0] for p in pairs), runs=len(pairs))))
@@ -280,8 +299,9 @@ def main(argv=None):
         impl, T, backward = args.worker
         if impl == "overhead":
             return _overhead_worker(int(T), backward == "1", args.threads, args.min_time, args.min_runs)
-        if impl == "decode":
-            return _decode_worker(int(T), args.threads, args.min_time, args.min_runs)
+        if impl in ("decode", "decode-chunk"):
+            return _decode_worker(int(T), args.threads, args.min_time, args.min_runs,
+                                  "fused" if impl == "decode" else "chunk")
         return _worker(impl, int(T), backward == "1", args.threads, args.min_time, args.min_runs)
 
     print(f"gdn.bench: Qwen3.5-27B delta-net shape (Hk {SHAPE['H']}, Hv {SHAPE['HV']}, head size {SHAPE['K']}), "
@@ -321,15 +341,17 @@ def main(argv=None):
               f"| {100 * (m['ratio'] - 1):+.1f}% |")
     if args.decode_batches:
         print()
-        print("Decoding, T = 1: gdn.torch.fused_recurrent_gated_delta_rule updating an FLA-layout state pool in place")
-        print("(ssm_state_indices) against the C API on the same call, run alternately in one process")
+        print("Decoding, T = 1, against the C API on the same call, run alternately in one process:")
+        print("fused_recurrent_gated_delta_rule updating an FLA-layout state pool in place (ssm_state_indices);")
+        print("chunk_gated_delta_rule from FLA-layout states to fresh final states")
         print()
-        print("| B | T | C API ms | gdn.torch ms | overhead |")
-        print("|---|---|---|---|---|")
-        for B in args.decode_batches:
-            m = _measure("decode", B, False, args)
-            print(f"| {B} | 1 | {m['direct_ms']:.3f} | {m['binding_ms']:.3f} | {100 * (m['ratio'] - 1):+.1f}% |",
-                  flush=True)
+        print("| op | B | T | C API ms | gdn.torch ms | overhead |")
+        print("|---|---|---|---|---|---|")
+        for impl, op in (("decode", "fused_recurrent"), ("decode-chunk", "chunk")):
+            for B in args.decode_batches:
+                m = _measure(impl, B, False, args)
+                print(f"| {op} | {B} | 1 | {m['direct_ms']:.3f} | {m['binding_ms']:.3f} "
+                      f"| {100 * (m['ratio'] - 1):+.1f}% |", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ natively (``"exact"``, the default, never does).
 """
 
 import contextlib
+import math
 import threading
 import warnings
 from typing import Optional, Tuple
@@ -37,13 +38,19 @@ from ._fla_args import activated_gate, check_state, check_state_indices, prepare
 __all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "backend", "release_workspaces"]
 
 _HEAD_MAP_GROUPED = _core.HEAD_MAPS["grouped"]
-_override = threading.local()
+
+
+class _Override(threading.local):
+    name = None  # no backend forced (a class attribute: read without a failed lookup, per call)
+
+
+_override = _Override()
 
 
 @contextlib.contextmanager
 def backend(name):
     """Run gdn.torch ops of this thread on backend ``name`` ("ref", "cpu", "cuda") inside the block."""
-    previous = getattr(_override, "name", None)
+    previous = _override.name
     _override.name = name
     try:
         yield
@@ -60,11 +67,11 @@ def release_workspaces():
 
 
 def _context_for(t):
-    forced = getattr(_override, "name", None)
-    if t.device.type == "cpu":
+    forced = _override.name
+    if t.is_cpu:
         name = forced or ("ref" if t.dtype == torch.float64 else "cpu")
         return _core.default_context(name, threads=torch.get_num_threads())
-    if t.device.type == "cuda":
+    if t.is_cuda:
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
         stream = torch.cuda.current_stream(index).cuda_stream
         return _core.default_context(forced or "cuda", device=index, stream=stream)
@@ -80,7 +87,16 @@ def _empty(shape, like, dtype=None):
     """A fresh tensor for gdn to write (in like's dtype unless given); large host ones are backed
     by huge pages (fewer faults)."""
     t = torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
-    if t.device.type == "cpu" and t.numel() * t.element_size() >= _gdn.huge_page_min_bytes:
+    if t.is_cpu and t.numel() * t.element_size() >= _gdn.huge_page_min_bytes:
+        _gdn.advise_huge_pages(t)
+    return t
+
+
+def _empty_as(like):
+    """_empty(like.shape, like), contiguous: the output of a decoding step (empty_like is the faster
+    allocation, by about a microsecond)."""
+    t = torch.empty_like(like, memory_format=torch.contiguous_format)
+    if t.is_cpu and t.numel() * t.element_size() >= _gdn.huge_page_min_bytes:
         _gdn.advise_huge_pages(t)
     return t
 
@@ -101,11 +117,9 @@ def _gdn_view(state, state_v_first):
 
 # The ops take gdn's layouts for q, k, v, g and beta (g and beta with their unit dimension) and the
 # caller's for states (state_v_first says which); the wrappers below convert from FLA's.
-@torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())
-def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: Optional[float],
-                want_state: bool, l2norm: bool, state_v_first: bool, precision: int
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+             initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: Optional[float],
+             want_state: bool, l2norm: bool, state_v_first: bool, precision: int) -> Tuple[torch.Tensor, torch.Tensor]:
     if l2norm:
         q, k = _normalized(q), _normalized(k)
     out = _empty(v.shape, v)
@@ -116,6 +130,9 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tens
                  _gdn_view(states, state_v_first) if want_state else None, scale, _HEAD_MAP_GROUPED, False, cu_seqlens,
                  None, precision)
     return out, states
+
+
+_forward_op = torch.library.custom_op("gdn::gated_delta_rule_fwd", mutates_args=())(_forward)
 
 
 @_forward_op.register_fake
@@ -174,16 +191,17 @@ torch.library.register_autograd("gdn::gated_delta_rule_fwd", _backward, setup_co
 
 # The in-place update of serving: the final states written over the initial ones, into the slots
 # state_indices names when given (a state pool), with no state allocated or copied. No autograd:
-# the initial state it would need is overwritten.
+# the initial state it would need is overwritten. g and beta are FLA's ([B, T, HV], or g
+# [B, T, HV, K]) and the state in the caller's layout: the extension reads them so (fla_gates,
+# state_kv), with no view made here.
 def _update_in_place(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      state: torch.Tensor, state_indices: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
                      scale: Optional[float], l2norm: bool, state_v_first: bool, precision: int) -> torch.Tensor:
     if l2norm:
         q, k = _normalized(q), _normalized(k)
-    out = _empty(v.shape, v)
-    view = _gdn_view(state, state_v_first)
-    _gdn.forward(_context_for(v)._native, q, k, v, g, beta, view, out, view, scale, _HEAD_MAP_GROUPED, False,
-                 cu_seqlens, state_indices, precision)
+    out = _empty_as(v)
+    _gdn.forward(_context_for(v)._native, q, k, v, g, beta, state, out, state, scale, _HEAD_MAP_GROUPED, False,
+                 cu_seqlens, state_indices, precision, True, not state_v_first)
     return out
 
 
@@ -196,14 +214,24 @@ def _(q, k, v, g, beta, state, state_indices, cu_seqlens, scale, l2norm, state_v
 
 
 def _plain_eager(*tensors):
-    """Plain tensors outside torch.compile's tracing: the update's body may be called as it is,
-    without the dispatcher's round trip through the registered op (about 15 us a call on the host,
-    a twentieth of a 27B-shape decoding step). Anything else (tracing, fake or wrapped tensors)
-    goes through the op."""
+    """Plain tensors (or None) outside torch.compile's tracing: an op's body may be called as it
+    is, without the dispatcher's round trip through the registered op (about 15 us a call on the
+    host, a twentieth of a 27B-shape decoding step). Anything else (tracing, fake or wrapped
+    tensors) goes through the op."""
     for t in tensors:
-        if type(t) is not torch.Tensor:
+        if type(t) is not torch.Tensor and t is not None:
             return False
     return not torch.compiler.is_compiling()
+
+
+def _forward_call(p, state):
+    """The forward's body itself where nothing needs the registered op: plain tensors, no
+    autograd (no gradient wanted, as in inference and serving); else the op."""
+    tensors = (p.q, p.k, p.v, p.gate, p.beta, state)
+    if _plain_eager(*tensors) and not (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in tensors)):
+        return _forward
+    return _forward_op
 
 
 # use_qk_l2norm_in_kernel, as FLA and transformers define it: x / sqrt(sum(x^2) + eps) per row.
@@ -280,8 +308,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if initial_state is not None:
         check_state(initial_state, q, v, p.sequences, state_v_first)
         state = readable_state(initial_state.to(p.state_dtype))
-    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale, bool(output_final_state),
-                                 bool(use_qk_l2norm_in_kernel), bool(state_v_first), precision)
+    o, final_state = _forward_call(p, state)(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
+                                             bool(output_final_state), bool(use_qk_l2norm_in_kernel),
+                                             bool(state_v_first), precision)
     return o.to(p.out_dtype), (final_state if output_final_state else None)
 
 
@@ -308,6 +337,50 @@ def _gathered(pool, indices):
         raise _errors.ShapeError(f"ssm_state_indices names slot {int(slots.max())} of a pool of {pool.shape[0]} slots")
     gathered = pool.index_select(0, slots.clamp(min=0))
     return gathered.masked_fill((slots < 0).view(-1, 1, 1, 1), 0)
+
+
+# The floating dtypes a call's tensors may have (docs/SPEC.md section 3.1 says which go where).
+_CALL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+# What a refused call raises: the arguments were checked and nothing was written (SPEC 6).
+_REFUSALS = (_errors.InvalidArgumentError, _errors.ShapeError, _errors.LayoutError, _errors.ElementTypeError,
+             _errors.AliasError, _errors.UnsupportedError)
+
+
+def _decoding_step(q, k, v, g, beta, scale, state, indices, l2norm, v_first, precision):
+    """The serving engines' decoding step in place, with the checks only the library cannot make:
+    for plain floating tensors (q, k, v of one dtype, the state in that call's state dtype; the
+    library checks the rest of SPEC 3.1's type rule), FLA's ranks, q and v of the same [B, T], per-head g
+    and beta, no autograd. The library checks everything else (shapes, strides, slots, devices)
+    and refuses without writing anything; then the caller takes the general path, which checks
+    every argument in Python, with messages in FLA's terms, or copies an input it cannot read in
+    place. The general path's checks cost a decoding step a tenth of its time at B = 1 (27B
+    shape, 2 threads). Returns o, or None where the general path must run."""
+    tensor = torch.Tensor
+    if not (type(q) is tensor and type(k) is tensor and type(v) is tensor and type(g) is tensor
+            and type(beta) is tensor and type(state) is tensor and (indices is None or type(indices) is tensor)):
+        return None
+    dtype = q.dtype
+    if not (dtype in _CALL_DTYPES and k.dtype == dtype and v.dtype == dtype and g.dtype in _CALL_DTYPES
+            and beta.dtype in _CALL_DTYPES and state.dtype == _state_dtype(dtype)):
+        return None
+    if not (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and g.dim() == 3 and beta.dim() == 3
+            and state.dim() == 4):
+        return None
+    qs, vs = q.shape, v.shape
+    if not (vs[0] == qs[0] and vs[1] == qs[1] and qs[2] and qs[3] and vs[2] and vs[3]):
+        return None
+    if scale is not None and not (type(scale) is float and math.isfinite(scale)):
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+                                    or beta.requires_grad or state.requires_grad):
+        return None
+    if torch.compiler.is_compiling():
+        return None
+    try:
+        return _update_in_place(q, k, v, g, beta, state, indices, None, scale, l2norm, v_first, precision)
+    except _REFUSALS:
+        return None
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
@@ -346,6 +419,16 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state as above, or as
     :func:`chunk_gated_delta_rule` returns it (None unless ``output_final_state``).
     """
+    if (not kwargs and cu_seqlens is None and initial_state is not None and g is not None and beta is not None
+            and gk is None and gv is None and not use_gate_in_kernel and not use_beta_sigmoid_in_kernel
+            and not allow_neg_eigval and (ssm_state_indices is None or initial_state_indices is None)
+            and (inplace_final_state or (inplace_final_state is None
+                                         and (ssm_state_indices is not None or initial_state_indices is not None)))):
+        indices = ssm_state_indices if ssm_state_indices is not None else initial_state_indices
+        o = _decoding_step(q, k, v, g, beta, scale, initial_state, indices, bool(use_qk_l2norm_in_kernel),
+                           bool(state_v_first), _core.precision_value(precision))
+        if o is not None:
+            return o, initial_state
     if "transpose_state_layout" in kwargs:
         if state_v_first:
             raise _errors.InvalidArgumentError(
@@ -373,7 +456,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         g = activated_gate(g, A_log, dt_bias)
     if gk is not None:
         g = gk if g is None else gk + g.unsqueeze(-1)
-    p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, None, {})
+    if inplace_final_state is None:
+        inplace_final_state = indices is not None
+    # In place, g and beta go to the extension as FLA gives them (fla_gates): no views made.
+    p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, None, {},
+                unit_dims=not inplace_final_state)
     l2norm, v_first = bool(use_qk_l2norm_in_kernel), bool(state_v_first)
     if indices is not None:
         if initial_state is None:
@@ -382,8 +469,6 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         check_state_indices(indices, p.sequences, q.device)
     elif initial_state is not None:
         check_state(initial_state, q, v, p.sequences, v_first)
-    if inplace_final_state is None:
-        inplace_final_state = indices is not None
     if inplace_final_state:
         if initial_state is None:
             raise _errors.InvalidArgumentError(
@@ -396,6 +481,6 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     state = initial_state if indices is None else _gathered(initial_state, indices)
     if state is not None:
         state = readable_state(state.to(p.state_dtype))
-    o, final_state = _forward_op(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
-                                 bool(output_final_state), l2norm, v_first, precision)
+    o, final_state = _forward_call(p, state)(p.q, p.k, p.v, p.gate, p.beta, state, p.cu_seqlens, p.scale,
+                                             bool(output_final_state), l2norm, v_first, precision)
     return o.to(p.out_dtype), (final_state if output_final_state else None)

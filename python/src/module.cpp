@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "exchange.h"
 #include "gdn/gdn.h"
@@ -113,6 +114,13 @@ struct ArrayView {
     int64_t itemsize() const { return (dtype.bits * dtype.lanes + 7) / 8; }
 };
 
+// How an array's dimensions become a gdn tensor's, beyond the reversal: as they are; FLA's
+// per-head g and beta ([B, T, HV], three dimensions) given a unit innermost dimension; FLA's
+// states ([N, HV, K, V]) with the two innermost swapped, gdn's [Sk, Sv, Hv, N] read by strides
+// (value-major). gdn.torch's decoding path reads its arguments so, without making views of them
+// in Python (a microsecond each, a call of three).
+enum class Reading { as_is, unit_inner, swapped_inner };
+
 // One call's arrays: converts each to a gdn_tensor and checks they all live where the context
 // computes. Conversion reads only the array's descriptor, never its data: through the DLPack C
 // exchange API where the array's type offers it (PyTorch's tensors), else through __dlpack__ or
@@ -122,7 +130,7 @@ public:
     explicit Binder(const Context &ctx) : ctx_(ctx) {}
 
     // None: absent (data NULL). An output (writable) must be an array that may be written.
-    gdn_tensor tensor(nb::handle a, const char *name, bool writable = false) {
+    gdn_tensor tensor(nb::handle a, const char *name, bool writable = false, Reading reading = Reading::as_is) {
         gdn_tensor t{};
         if (a.is_none()) return t;
         const ArrayView view = view_of(a, name, writable);
@@ -137,6 +145,18 @@ public:
             } else {
                 t.ne[i] = 1;
             }
+        }
+        if (reading == Reading::unit_inner && view.ndim == 3) {  // [B, T, HV] as [B, T, HV, 1]
+            for (size_t i = 3; i > 0; --i) {
+                t.ne[i] = t.ne[i - 1];
+                t.nb[i] = t.nb[i - 1];
+            }
+            t.ne[0] = 1;
+            t.nb[0] = item;
+        }
+        if (reading == Reading::swapped_inner) {  // [..., K, V] as gdn's [Sk, Sv, ...]: value-major
+            std::swap(t.ne[0], t.ne[1]);
+            std::swap(t.nb[0], t.nb[1]);
         }
         // A dimension of size 1 is never stepped over: give it the stride just past the span of
         // the dimensions inside it, so that frameworks' arbitrary strides there (0 from expand,
@@ -250,19 +270,22 @@ private:
 // Every array argument is a nb::handle: None (absent) or an array, converted by Binder.
 using Arg = nb::handle;
 
-// scale: None is the library's default 1/sqrt(Sk); any value, 0.0 included, is used as given.
 // precision: a gdn_precision value; the library refuses one it does not know.
+// fla_gates: g and beta of three dimensions are FLA's [B, T, HV]; state_kv: the states are FLA's
+// [N, HV, K, V] (Reading).
 gdn_problem make_problem(Binder &bind, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, std::optional<double> scale,
-                         int head_map, Arg cu_seqlens, Arg state_indices, int precision) {
+                         int head_map, Arg cu_seqlens, Arg state_indices, int precision, bool fla_gates = false,
+                         bool state_kv = false) {
     if (head_map != GDN_HEAD_MAP_TILED && head_map != GDN_HEAD_MAP_GROUPED)
         raise(GDN_ERROR_INVALID_ARGUMENT, "head_map = %d is neither tiled (0) nor grouped (1)", head_map);
+    const Reading per_head = fla_gates ? Reading::unit_inner : Reading::as_is;
     gdn_problem p{};
     p.q = bind.tensor(q, "q");
     p.k = bind.tensor(k, "k");
     p.v = bind.tensor(v, "v");
-    p.g = bind.tensor(g, "g");
-    p.beta = bind.tensor(beta, "beta");
-    p.state = bind.tensor(state, "state");
+    p.g = bind.tensor(g, "g", false, per_head);
+    p.beta = bind.tensor(beta, "beta", false, per_head);
+    p.state = bind.tensor(state, "state", false, state_kv ? Reading::swapped_inner : Reading::as_is);
     p.scale = scale.value_or(0.0);
     p.scale_is_explicit = scale.has_value() ? 1 : 0;
     p.head_map = static_cast<gdn_head_map>(head_map);
@@ -273,12 +296,13 @@ gdn_problem make_problem(Binder &bind, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
 }
 
 void forward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg out, Arg states,
-             std::optional<double> scale, int head_map, bool dry_run, Arg cu_seqlens, Arg state_indices,
-             int precision) {
+             std::optional<double> scale, int head_map, bool dry_run, Arg cu_seqlens, Arg state_indices, int precision,
+             bool fla_gates, bool state_kv) {
     Binder bind(ctx);
-    const gdn_problem p =
-        make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices, precision);
-    const gdn_tensor o = bind.tensor(out, "out", true), s = bind.tensor(states, "states", true);
+    const gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale, head_map, cu_seqlens, state_indices,
+                                       precision, fla_gates, state_kv);
+    const gdn_tensor o = bind.tensor(out, "out", true),
+                     s = bind.tensor(states, "states", true, state_kv ? Reading::swapped_inner : Reading::as_is);
     const gdn_tensor *o_ptr = out.is_none() ? nullptr : &o, *s_ptr = states.is_none() ? nullptr : &s;
     gdn_status status;
     {
@@ -335,7 +359,8 @@ NB_MODULE(_gdn, m) {
     m.def("forward", &forward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("out").none(), nb::arg("states").none(), nb::arg("scale").none(),
           nb::arg("head_map"), nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none(),
-          nb::arg("state_indices").none() = nb::none(), nb::arg("precision") = 0);
+          nb::arg("state_indices").none() = nb::none(), nb::arg("precision") = 0, nb::arg("fla_gates") = false,
+          nb::arg("state_kv") = false);
     m.def("backward", &backward, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
           nb::arg("beta"), nb::arg("state").none(), nb::arg("d_out").none(), nb::arg("d_states").none(),
           nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::arg("dg").none(),

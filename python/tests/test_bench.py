@@ -62,6 +62,21 @@ def test_decoding_baseline_updates_the_pool_as_the_binding_does():
     assert torch.equal(by_capi[untouched], pool[untouched])
 
 
+def test_chunk_decoding_baseline_computes_what_the_binding_returns():
+    """The chunk decoding rows' C API call (FLA-layout states by strides, final states into a kept
+    buffer) and gdn.torch.chunk_gated_delta_rule give the same bits."""
+    from gdn import bench
+    q, k, v, g, beta, pool, slots = bench._decode_inputs(3)
+    states = pool[slots.long()]
+    final, out = torch.empty_like(states), torch.empty_like(v)
+    _capi.Context("cpu", 1).forward(_capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), states.transpose(-1, -2)),
+                                    _capi.tensor(out), _capi.tensor(final.transpose(-1, -2)))
+    with torch.no_grad(), gdn.torch.backend("cpu"):
+        o, returned = gdn.torch.chunk_gated_delta_rule(q, k, v, g, beta=beta, initial_state=states,
+                                                       output_final_state=True)
+    assert torch.equal(o, out) and torch.equal(returned, final)
+
+
 def test_bench_prints_every_table():
     done = subprocess.run([sys.executable, "-m", "gdn.bench", "--tokens", "8", "--min-time", "0", "--min-runs", "1",
                            "--threads", "1", "--decode-batches", "2"], capture_output=True, text=True, timeout=600)
@@ -73,4 +88,6 @@ def test_bench_prints_every_table():
         assert not any("refused" in row for row in bf16_rows), done.stdout
     else:
         assert all(row.count("refused by the backend") == 2 for row in bf16_rows), done.stdout
-    assert [line for line in done.stdout.splitlines() if line.startswith("| 2 | 1 |")], done.stdout
+    decoding = [line for line in done.stdout.splitlines() if line.startswith(("| fused_recurrent | 2 | 1 |",
+                                                                                 "| chunk | 2 | 1 |"))]
+    assert len(decoding) == 2, done.stdout

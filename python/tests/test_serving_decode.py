@@ -137,6 +137,23 @@ def test_pool_is_updated_in_place_at_its_slots(backend, dtype, index_dtype, stat
         assert allocations_of_at_least(slot_bytes, step) == 0
 
 
+def test_inputs_read_by_copy_give_the_bits_of_inputs_read_in_place():
+    """A decoding step the library refuses as given (q and v with strided rows: their copies are
+    read) or that Python converts first (beta in another dtype) gives the bits of the same step on
+    plain inputs, in the same slots."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=4, T=1))
+    indices = torch.tensor([5, -1, 0, 2])
+    plain, other = pool_of(7, dtype=torch.float32), pool_of(7, dtype=torch.float32)
+    with gt.backend("cpu"), torch.no_grad():
+        o, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=plain, ssm_state_indices=indices)
+        strided_q = torch.stack([q, q], dim=-1)[..., 0]  # the same values, every other float
+        strided_v = torch.stack([v, v], dim=-1)[..., 1]
+        assert strided_q.stride(-1) == 2 and strided_v.stride(-1) == 2
+        o2, _ = gt.fused_recurrent_gated_delta_rule(strided_q, k, strided_v, g, beta=beta.double(), initial_state=other,
+                                                    ssm_state_indices=indices)
+    assert torch.equal(o, o2) and torch.equal(plain, other)
+
+
 def test_decoding_token_by_token_in_the_pool_equals_one_call():
     q, k, v, g, beta = (t.float() for t in inputs(B=2, T=6))
     pool = pool_of(4, dtype=torch.float32)

@@ -94,7 +94,7 @@ Status Backend::read_offsets(const gdn_tensor &indices, std::vector<int64_t> &va
     return {};
 }
 
-SequenceForward::SequenceForward(const ForwardArgs &a, int64_t n) {
+void SequenceForward::set(const ForwardArgs &a, int64_t n) {
     const Span s = span_of(a, n);
     args_.dims = sequence_dims(a.dims, s);
     args_.q = token_view(a.q, s, true, q_);
@@ -107,7 +107,7 @@ SequenceForward::SequenceForward(const ForwardArgs &a, int64_t n) {
     args_.states = slots_view(a.states, s, a.dims.K, states_);
 }
 
-SequenceBackward::SequenceBackward(const BackwardArgs &a, int64_t n) {
+void SequenceBackward::set(const BackwardArgs &a, int64_t n) {
     const Span s = span_of(a, n);
     args_.dims = sequence_dims(a.dims, s);
     args_.q = token_view(a.q, s, true, q_);
@@ -126,29 +126,27 @@ SequenceBackward::SequenceBackward(const BackwardArgs &a, int64_t n) {
     args_.ds0 = state_view(a.ds0, s, ds0_);
 }
 
-namespace {
-
-template <class Sequence, class Args>
-std::vector<const Args *> split(const Args &whole, std::deque<Sequence> &storage) {
-    storage.clear();
+template <class Args, class Sequence>
+const std::vector<const Args *> &SequenceSplit<Args, Sequence>::split(const Args &whole) {
+    calls_.clear();
     const Dims &d = whole.dims;
-    if (!d.packed && !d.pooled) return {&whole};
-    std::vector<const Args *> calls;
-    calls.reserve(static_cast<size_t>(d.state_sequences()));
-    for (int64_t n = 0; n < d.state_sequences(); ++n)
-        if (has_tokens(span_of(whole, n))) calls.push_back(&storage.emplace_back(whole, n).args());
-    return calls;
+    if (!d.packed && !d.pooled) {
+        calls_.push_back(&whole);
+        return calls_;
+    }
+    calls_.reserve(static_cast<size_t>(d.state_sequences()));
+    for (int64_t n = 0; n < d.state_sequences(); ++n) {
+        if (!has_tokens(span_of(whole, n))) continue;
+        if (calls_.size() == views_.size()) views_.emplace_back();
+        Sequence &view = views_[calls_.size()];
+        view.set(whole, n);
+        calls_.push_back(&view.args());
+    }
+    return calls_;
 }
 
-}  // namespace
-
-std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &whole, std::deque<SequenceForward> &storage) {
-    return split(whole, storage);
-}
-
-std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &whole, std::deque<SequenceBackward> &storage) {
-    return split(whole, storage);
-}
+template class SequenceSplit<ForwardArgs, SequenceForward>;
+template class SequenceSplit<BackwardArgs, SequenceBackward>;
 
 Dims longest(const std::vector<const ForwardArgs *> &calls) { return longest_of(calls); }
 Dims longest(const std::vector<const BackwardArgs *> &calls) { return longest_of(calls); }

@@ -20,9 +20,11 @@ namespace gdn {
 void read_host_offsets(const gdn_tensor &cu_seqlens, std::vector<int64_t> &offsets);
 
 // The views of one sequence own the tensors the args point to: not copyable, not movable.
+// set() points them at sequence n of a call (again for each call: a split keeps its views).
 class SequenceForward {
 public:
-    SequenceForward(const ForwardArgs &packed, int64_t n);
+    SequenceForward() = default;
+    void set(const ForwardArgs &packed, int64_t n);
     SequenceForward(const SequenceForward &) = delete;
     SequenceForward &operator=(const SequenceForward &) = delete;
     const ForwardArgs &args() const { return args_; }
@@ -34,7 +36,8 @@ private:
 
 class SequenceBackward {
 public:
-    SequenceBackward(const BackwardArgs &packed, int64_t n);
+    SequenceBackward() = default;
+    void set(const BackwardArgs &packed, int64_t n);
     SequenceBackward(const SequenceBackward &) = delete;
     SequenceBackward &operator=(const SequenceBackward &) = delete;
     const BackwardArgs &args() const { return args_; }
@@ -45,10 +48,22 @@ private:
 };
 
 // The calls a packed or pooled call is made of: its sequences that have tokens (api.cpp moves
-// the states of the empty ones), or the call itself when it is neither. The list points into `storage`
-// (and into `packed`), which must outlive it.
-std::vector<const ForwardArgs *> split_sequences(const ForwardArgs &packed, std::deque<SequenceForward> &storage);
-std::vector<const BackwardArgs *> split_sequences(const BackwardArgs &packed, std::deque<SequenceBackward> &storage);
+// the states of the empty ones), or the call itself when it is neither. A split keeps its views
+// and its list for the next call, so splitting a call of no more sequences than an earlier one
+// allocates nothing (decoding splits a pooled call per token and layer).
+template <class Args, class Sequence>
+class SequenceSplit {
+public:
+    // The list points into this split and into `whole`: valid until the next split, while
+    // `whole` lives.
+    const std::vector<const Args *> &split(const Args &whole);
+
+private:
+    std::deque<Sequence> views_;  // never shrinks: the first calls_.size() views are this call's
+    std::vector<const Args *> calls_;
+};
+using ForwardSequences = SequenceSplit<ForwardArgs, SequenceForward>;
+using BackwardSequences = SequenceSplit<BackwardArgs, SequenceBackward>;
 
 // Dims of the longest call in the list (T = the largest T): what scratch is sized for.
 Dims longest(const std::vector<const ForwardArgs *> &calls);

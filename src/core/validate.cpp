@@ -1,10 +1,13 @@
 #include "core/validate.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -30,6 +33,30 @@ bool is_integer_type(gdn_type type) { return type == GDN_TYPE_I32 || type == GDN
 struct Named {
     const char *name;
     const gdn_tensor *tensor;
+};
+
+// The tensors of one call (at most 16: every input, output and gradient), held without
+// allocating: decoding validates a call per token and layer.
+class NamedList {
+public:
+    void push_back(const Named &t) {
+        if (size_ == items_.size()) throw std::logic_error("NamedList: more tensors than a call has");
+        items_[size_++] = t;
+    }
+    size_t size() const { return size_; }
+    const Named &operator[](size_t i) const { return items_[i]; }
+    const Named *begin() const { return items_.data(); }
+    const Named *end() const { return items_.data() + size_; }
+    const Named &back() const { return items_[size_ - 1]; }
+    NamedList &operator=(std::initializer_list<Named> list) {
+        size_ = 0;
+        for (const Named &t : list) push_back(t);
+        return *this;
+    }
+
+private:
+    std::array<Named, 16> items_{};
+    size_t size_ = 0;
 };
 
 // Which dimension of a tensor must be contiguous: dim 0 (every tensor's rows), or, for a state
@@ -175,7 +202,7 @@ Status resolve_state_indices(const Named &t, Dims &d) {
 }
 
 // Sizes from q, k, v, g, beta and the optional s0.
-Status resolve_inputs(const gdn_problem *p, Dims &d, std::vector<Named> &inputs) {
+Status resolve_inputs(const gdn_problem *p, Dims &d, NamedList &inputs) {
     if (p == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "problem is NULL");
     const Named q{"q", &p->q}, k{"k", &p->k}, v{"v", &p->v}, g{"g", &p->g}, beta{"beta", &p->beta};
     const int head_map = stored_value(p->head_map);
@@ -300,7 +327,7 @@ bool same_view(const gdn_tensor &a, const gdn_tensor &b) {
 // Outputs must not overlap themselves, the inputs, or each other. The one allowed exception:
 // output `in_place` may be exactly input `in_place_source`, the input state (the recurrent cache
 // update). Any other input that happens to be the same view still counts as an overlap.
-Status check_aliasing(const std::vector<Named> &inputs, const std::vector<Named> &outputs, const gdn_tensor *in_place,
+Status check_aliasing(const NamedList &inputs, const NamedList &outputs, const gdn_tensor *in_place,
                       const gdn_tensor *in_place_source) {
     for (size_t i = 0; i < outputs.size(); ++i) {
         const Named &out = outputs[i];
@@ -325,9 +352,9 @@ const gdn_tensor *if_present(const gdn_tensor *t) { return present(t) ? t : null
 
 Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, ForwardArgs &args) {
     Dims d;
-    std::vector<Named> inputs;
+    NamedList inputs;
     GDN_TRY(resolve_inputs(p, d, inputs));
-    std::vector<Named> outputs;
+    NamedList outputs;
     if (present(out)) {
         const Named o{"out", out};
         GDN_TRY(check_tensor(o));
@@ -353,7 +380,7 @@ Status validate_forward(const gdn_problem *p, const gdn_tensor *out, const gdn_t
 Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                          const gdn_grads *grads, BackwardArgs &args) {
     Dims d;
-    std::vector<Named> inputs;
+    NamedList inputs;
     GDN_TRY(resolve_inputs(p, d, inputs));
     if (grads == nullptr) return fail(GDN_ERROR_INVALID_ARGUMENT, "grads is NULL (set a gradient's data to NULL to skip it)");
     // A pooled call runs as one call per sequence (core/sequences.h): sequences sharing a q/k
@@ -379,7 +406,7 @@ Status validate_backward(const gdn_problem *p, const gdn_tensor *d_out, const gd
                             {"grads.g", &grads->g}, {"grads.beta", &grads->beta}, {"grads.state", &grads->state}};
     const gdn_tensor *shape_of[] = {&p->q, &p->k, &p->v, &p->g, &p->beta, nullptr};
     const char *input_names[] = {"q", "k", "v", "g", "beta", "state"};
-    std::vector<Named> outputs;
+    NamedList outputs;
     for (int i = 0; i < 6; ++i) {
         const Named &t = wanted[i];
         if (!present(t.tensor)) continue;
@@ -454,7 +481,8 @@ Status validate_state_slots(const Dims &d, std::vector<int64_t> &slots) {
                         n, slots[n], d.slots);
     }
     // Two sequences on one slot would both write it: sorted (slot, sequence) pairs find them.
-    std::vector<std::pair<int64_t, size_t>> named;
+    thread_local std::vector<std::pair<int64_t, size_t>> named;  // kept: no allocation per decoding call
+    named.clear();
     named.reserve(slots.size());
     for (size_t n = 0; n < slots.size(); ++n)
         if (slots[n] >= 0) named.emplace_back(slots[n], n);

@@ -17,14 +17,14 @@
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
 // so many short sequences fill the gaps the long ones leave, and a chunk never crosses a
-// sequence boundary. Long inputs use the chunked (WY)
+// sequence boundary; a decoding step's items (per-token units of one length: pooled or packed
+// sequences too) are all alike and split statically instead. Long inputs use the chunked (WY)
 // form (chunk_*.cpp); decoding-size inputs (T up to a measured crossover, when chunk_size is 0) and
 // chunk_size = 1 use the per-token recurrence: cpu/token_forward.cpp (vectorised) forward,
 // src/math/token_driver.h in float backward.
 //
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
-#include <deque>
 #include <system_error>
 #include <utility>
 #include <thread>
@@ -78,7 +78,7 @@ public:
     }
 
     Status forward(const ForwardArgs &packed) override {
-        const std::vector<const ForwardArgs *> calls = split_sequences(packed, forward_calls_);
+        const std::vector<const ForwardArgs *> &calls = forward_calls_.split(packed);
         const Dims widest = longest(calls);
         const int threads = pool_.size();
         const int64_t max_chunk = chunk_length(widest, false);
@@ -115,7 +115,7 @@ public:
                 workspace_ += forward_[w].bytes();
             }
         }
-        pool_.run_weighted(item_weights(), [&](int64_t i, int worker) {
+        const auto run_item = [&](int64_t i, int worker) {
             const WorkItem &item = items_[i];
             const ForwardArgs &a = *calls[item.call];
             const Dims &d = a.dims;
@@ -129,12 +129,18 @@ public:
                 cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
                                    forward_[worker]);
             }
-        });
+        };
+        // Decoding (every item a per-token unit of the same length): items of equal cost, so each
+        // worker takes a contiguous share, the same heads of the same sequences call after call.
+        // Those states stay in the worker's own cache between calls (each worker writes the
+        // states it read), and no item is handed out through a shared counter.
+        if (equal_token_items()) pool_.run(static_cast<int64_t>(items_.size()), run_item);
+        else pool_.run_weighted(item_weights(), run_item);
         return {};
     }
 
     Status backward(const BackwardArgs &packed) override {
-        const std::vector<const BackwardArgs *> calls = split_sequences(packed, backward_calls_);
+        const std::vector<const BackwardArgs *> &calls = backward_calls_.split(packed);
         const Dims widest = longest(calls);
         const int threads = pool_.size();
         const bool tokens = per_token(widest, per_token_max_tokens_backward);  // chunk_size = 1: every call
@@ -336,6 +342,14 @@ private:
         return weights_;
     }
 
+    // Every item is a per-token unit over the same number of tokens (a decoding step: unpacked,
+    // pooled, or packed sequences of one length).
+    bool equal_token_items() const {
+        for (const WorkItem &item : items_)
+            if (item.plan >= 0 || item.tokens != items_.front().tokens) return false;
+        return true;
+    }
+
     void prefetch_initial_states(const std::vector<const ForwardArgs *> &calls, const WorkItem &item) const {
         const ForwardArgs &a = *calls[item.call];
         const Dims &d = a.dims;
@@ -392,8 +406,8 @@ private:
 
     cpu::ThreadPool pool_;
     int chunk_size_;
-    std::deque<SequenceForward> forward_calls_;    // views of the packed sequences of the current call
-    std::deque<SequenceBackward> backward_calls_;
+    ForwardSequences forward_calls_;    // views of the packed or pooled sequences of the current call
+    BackwardSequences backward_calls_;
     std::vector<WorkItem> items_;
     std::vector<int64_t> weights_;  // item_weights(), kept between calls
     std::vector<size_t> plan_of_item_;

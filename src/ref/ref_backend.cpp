@@ -6,7 +6,6 @@
 // is always exact).
 #include <cinttypes>
 
-#include <deque>
 #include <vector>
 
 #include "core/backend.h"
@@ -48,8 +47,8 @@ public:
 private:
     // Packed sequences run one after another, each as its own call on views (core/sequences.h).
     Status run_forward(const ForwardArgs &packed) {
-        std::deque<SequenceForward> storage;
-        const std::vector<const ForwardArgs *> calls = split_sequences(packed, storage);
+        ForwardSequences sequences;
+        const std::vector<const ForwardArgs *> &calls = sequences.split(packed);
         token::ForwardScratch<double> scratch;
         scratch.resize(packed.dims);  // allocate before anything is written
         workspace_ = sizeof(double) * (scratch.state.size() + scratch.o.size());
@@ -60,8 +59,8 @@ private:
     }
 
     Status run_backward(const BackwardArgs &packed) {
-        std::deque<SequenceBackward> storage;
-        const std::vector<const BackwardArgs *> calls = split_sequences(packed, storage);
+        BackwardSequences sequences;
+        const std::vector<const BackwardArgs *> &calls = sequences.split(packed);
         const Dims longest_call = longest(calls);
         token::BackwardScratch<double> scratch;
         scratch.resize(longest_call, token::default_segment(longest_call.T));  // fits every call's T
