@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_prepare_kernel(ForwardVie
     load_chunk_rows(w.k, n.Sk, kh, bq, t0, len, K, L.ldk);
     load_chunk_gates(w.g, w.beta, h, b, t0, len, gam, beta);
     __syncthreads();
-    tile::block_gemm<tile::row_major, tile::col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false);  // K K^T
-    tile::block_gemm<tile::row_major, tile::col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false);  // Q K^T
+    tile::block_gemm<tile::row_major, tile::col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false, n.bf16_products);  // K K^T
+    tile::block_gemm<tile::row_major, tile::col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false, n.bf16_products);  // Q K^T
 
     float *m_out = f.count > kFactorM ? f.at(unit, chunk, kFactorM) : nullptr;
     float *p_out = f.at(unit, chunk, kFactorP);
