@@ -8,7 +8,7 @@
 // pooled value-major states, and q/k/v as strided row views of one fused projection buffer.
 //
 // BF16 precision (Sizes::bf16_products): the chunked kernels' products take bf16 operands;
-// checked against ref within a bound derived from bf16 roundoff (BoundOfBf16Products below);
+// checked against ref within a bound derived from bf16 roundoff (bf16_products_bound.h);
 // the per-token kernels, which have no chunk products, give the EXACT bits.
 #include "fake_cuda.h"
 // The kernels, compiled by the host compiler.
@@ -17,6 +17,7 @@
 #include "cuda/sequence_views.h"
 #include "cuda/token_backward_kernel.cuh"
 #include "cuda/token_forward_kernel.cuh"
+#include "bf16_products_bound.h"
 #include "emulation_support.h"
 #include "math/elements.h"
 
@@ -325,21 +326,8 @@ TEST(EmulatedHalfTypes, FusedProjectionRowViews) {
 
 // ---- BF16 precision ------------------------------------------------------------------------
 
-// The bound. bf16 keeps 8 significant bits: rounding an operand errs by at most u = 2^-8 of it
-// (relatively), a product of two rounded operands by 2u + u^2, and the F32 sums add only
-// F32 roundoff. Operands that are bf16 already (q, k, v here, as a model hands them over) are
-// not changed; the rounded ones are the intermediates (the state S, A, D, U, P, M and the
-// backward's dS, dP, dM). Each output element is a sum of products whose operands went through
-// at most R = 3 such roundings in a chain (forward: S feeds K S, which feeds D = A (beta R),
-// which feeds the output P D and the state update; backward similarly per chunk), the errors of
-// independent roundings (uniform on [-u, u] relative: variance u^2 / 3 each) adding in
-// quadrature, so the relative mean-square error of an output is at most about
-//   R * 2 * u^2 / 3 * (sum over the chain's products, each with two rounded operands)
-// which for R = 3 is 2 u^2 = 3.1e-5; the bound is that, times 4 for the conditioning of the
-// products (sums of terms of mixed sign, |sum| below sum |terms|): NMSE < 8 u^2 = 1.2e-4. The
-// EXACT path meets 1e-10 (forward) and 1e-9 (backward) on the same shapes.
-constexpr double kUnitRoundoffBf16 = 1.0 / 256.0;
-constexpr double kBf16NmseBound = 8 * kUnitRoundoffBf16 * kUnitRoundoffBf16;
+// The bound and its derivation: bf16_products_bound.h (NMSE < 8 u^2, u = 2^-8).
+constexpr double kBf16NmseBound = gdn_bf16_bound::kBf16ProductsNmse;
 
 double nmse_of(const HostTensor &got, const HostTensor &want) { return nmse(got.data, want.data); }
 
