@@ -110,6 +110,17 @@ __device__ __forceinline__ float b_element(const float *b, int ldb, int k, int n
 // B rows 2t, 2t + 1 and those + 8, column g; D rows g and g + 8, columns 2t, 2t + 1), rounding
 // each operand to bf16 once; columns of K past K are zero (K a multiple of 8 suffices). Each
 // lane reads and writes only its own elements of C.
+// The bf16 pair (m, k), (m, k + 1) of A and (k, n), (k + 1, n) of B as one fragment register;
+// zero past K (k even, K a multiple of 8: k < K covers both).
+template <class Layout>
+__device__ __forceinline__ uint32_t a_pair(const float *a, int lda, int m, int k, int K) {
+    return k < K ? pack_bf16x2(a_element<Layout>(a, lda, m, k), a_element<Layout>(a, lda, m, k + 1)) : 0u;
+}
+template <class Layout>
+__device__ __forceinline__ uint32_t b_pair(const float *b, int ldb, int k, int n, int K) {
+    return k < K ? pack_bf16x2(b_element<Layout>(b, ldb, k, n), b_element<Layout>(b, ldb, k + 1, n)) : 0u;
+}
+
 template <class ALayout, class BLayout>
 __device__ __forceinline__ void warp_tile_bf16(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int K,
                                                bool accumulate) {
@@ -120,18 +131,12 @@ __device__ __forceinline__ void warp_tile_bf16(float *c, int ldc, const float *a
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[half][i] = accumulate ? c[(g + 8 * (i / 2)) * ldc + 8 * half + 2 * t + i % 2] : 0.0f;
     for (int k0 = 0; k0 < K; k0 += 16) {
-        const auto a_pair = [&](int m, int k) {
-            return k < K ? pack_bf16x2(a_element<ALayout>(a, lda, m, k), a_element<ALayout>(a, lda, m, k + 1)) : 0u;
-        };
-        const uint32_t a_frag[4] = {a_pair(g, k0 + 2 * t), a_pair(g + 8, k0 + 2 * t), a_pair(g, k0 + 8 + 2 * t),
-                                    a_pair(g + 8, k0 + 8 + 2 * t)};
+        const uint32_t a_frag[4] = {a_pair<ALayout>(a, lda, g, k0 + 2 * t, K), a_pair<ALayout>(a, lda, g + 8, k0 + 2 * t, K),
+                                    a_pair<ALayout>(a, lda, g, k0 + 8 + 2 * t, K), a_pair<ALayout>(a, lda, g + 8, k0 + 8 + 2 * t, K)};
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int n = 8 * half + g;
-            const auto b_pair = [&](int k) {
-                return k < K ? pack_bf16x2(b_element<BLayout>(b, ldb, k, n), b_element<BLayout>(b, ldb, k + 1, n)) : 0u;
-            };
-            const uint32_t b_frag[2] = {b_pair(k0 + 2 * t), b_pair(k0 + 8 + 2 * t)};
+            const uint32_t b_frag[2] = {b_pair<BLayout>(b, ldb, k0 + 2 * t, n, K), b_pair<BLayout>(b, ldb, k0 + 8 + 2 * t, n, K)};
             ptx::mma_m16n8k16_bf16(acc[half], a_frag, b_frag);
         }
     }
@@ -144,29 +149,49 @@ __device__ __forceinline__ void warp_tile_bf16(float *c, int ldc, const float *a
 
 // C (M x N, row-major, ldc) = A (M x K) B (K x N), or C += A B when `accumulate`, the layouts
 // as for mma_3xtf32. M, N multiples of 16, K of 8. The block's warps take the 16x16 tiles of C
-// in turn. `bf16_products`: bf16 operands (warp_tile_bf16), else 3xTF32. Every thread of the
-// block calls this; C is complete for all of them on return.
+// in turn. Every thread of the block calls this; C is complete for all of them on return.
 template <class ALayout, class BLayout>
-__device__ void block_gemm(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
-                           bool accumulate, bool bf16_products) {
+__device__ void block_gemm_3xtf32(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
+                                  bool accumulate) {
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
     for (int tile = warp; tile < tiles; tile += warps) {
         const int tm = tile / tiles_n, tn = tile % tiles_n;
         float *c_tile = c + tm * 16 * ldc + tn * 16;
-        const float *a_tile = RowMajor<ALayout>::value ? a + tm * 16 * lda : a + tm * 16;
-        const float *b_tile = RowMajor<BLayout>::value ? b + tn * 16 : b + tn * 16 * ldb;
-        if (bf16_products) {
-            warp_tile_bf16<ALayout, BLayout>(c_tile, ldc, a_tile, lda, b_tile, ldb, K, accumulate);
-            continue;
-        }
         FragC acc;
         if (accumulate) wmma::load_matrix_sync(acc, c_tile, ldc, wmma::mem_row_major);
         else wmma::fill_fragment(acc, 0.0f);
+        const float *a_tile = RowMajor<ALayout>::value ? a + tm * 16 * lda : a + tm * 16;
+        const float *b_tile = RowMajor<BLayout>::value ? b + tn * 16 : b + tn * 16 * ldb;
         mma_3xtf32<ALayout, BLayout>(acc, a_tile, lda, b_tile, ldb, K);
         wmma::store_matrix_sync(c_tile, acc, ldc, wmma::mem_row_major);
     }
     __syncthreads();
+}
+
+// The same with bf16 operands (warp_tile_bf16).
+template <class ALayout, class BLayout>
+__device__ void block_gemm_bf16(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
+                                bool accumulate) {
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
+    for (int tile = warp; tile < tiles; tile += warps) {
+        const int tm = tile / tiles_n, tn = tile % tiles_n;
+        const float *a_tile = RowMajor<ALayout>::value ? a + tm * 16 * lda : a + tm * 16;
+        const float *b_tile = RowMajor<BLayout>::value ? b + tn * 16 : b + tn * 16 * ldb;
+        warp_tile_bf16<ALayout, BLayout>(c + tm * 16 * ldc + tn * 16, ldc, a_tile, lda, b_tile, ldb, K, accumulate);
+    }
+    __syncthreads();
+}
+
+// The chunked kernels' product: bf16 operands when `bf16_products` (GDN_PRECISION_BF16), else
+// 3xTF32. The kernels pass a template parameter, so that each instantiation holds one path
+// (EXACT's code is what it was without the bf16 one); uniform over the block either way.
+template <class ALayout, class BLayout>
+__device__ __forceinline__ void block_gemm(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N,
+                                           int K, bool accumulate, bool bf16_products) {
+    if (bf16_products) block_gemm_bf16<ALayout, BLayout>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+    else block_gemm_3xtf32<ALayout, BLayout>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 
 // One warp, in place: the unit lower inverse of the n x n (n <= 32) block at m, whose strictly

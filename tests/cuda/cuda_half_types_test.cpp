@@ -166,7 +166,12 @@ TEST(CudaHalfTypes, Bf16PrecisionWithinBoundOfRef) {
     GDN_SKIP_WITHOUT_CUDA();
     Case c = case_of(128, 128, 2, 4, 200, 1, 1, 25);
     c.packed_qkv = true;
-    const Problem p = make_problem(c);
+    Problem p = make_problem(c);
+    // q, k, v as a model hands them over: bf16 values (the bound's premise), in F32 tensors.
+    for (Tensor *t : {&p.q, &p.k, &p.v}) {
+        for (float &x : t->buffer->host) x = round_trip(GDN_TYPE_BF16, x);
+        t->buffer->upload();
+    }
     Context gpu = make_context("cuda"), ref = make_context("ref");
     gdn_problem host = p.host(), device = p.device();
     device.precision = GDN_PRECISION_BF16;
