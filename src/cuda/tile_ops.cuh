@@ -103,13 +103,6 @@ __device__ __forceinline__ float b_element(const float *b, int ldb, int k, int n
     return RowMajor<Layout>::value ? b[k * ldb + n] : b[n * ldb + k];
 }
 
-// One warp: the 16x16 tile at c (row-major, ldc) = A (16 x K) B (K x 16), or += when
-// `accumulate`, by bf16 mma.sync m16n8k16 (two per 16 columns of K: the tile's left and right
-// 8 columns). Each lane builds its fragment registers from the F32 tiles in PTX's layout
-// (group g = lane / 4 and t = lane % 4: A rows g and g + 8, columns 2t, 2t + 1 and those + 8;
-// B rows 2t, 2t + 1 and those + 8, column g; D rows g and g + 8, columns 2t, 2t + 1), rounding
-// each operand to bf16 once; columns of K past K are zero (K a multiple of 8 suffices). Each
-// lane reads and writes only its own elements of C.
 // The bf16 pair (m, k), (m, k + 1) of A and (k, n), (k + 1, n) of B as one fragment register;
 // zero past K (k even, K a multiple of 8: k < K covers both).
 template <class Layout>
@@ -121,6 +114,13 @@ __device__ __forceinline__ uint32_t b_pair(const float *b, int ldb, int k, int n
     return k < K ? pack_bf16x2(b_element<Layout>(b, ldb, k, n), b_element<Layout>(b, ldb, k + 1, n)) : 0u;
 }
 
+// One warp: the 16x16 tile at c (row-major, ldc) = A (16 x K) B (K x 16), or += when
+// `accumulate`, by bf16 mma.sync m16n8k16 (two per 16 columns of K: the tile's left and right
+// 8 columns). Each lane builds its fragment registers from the F32 tiles in PTX's layout
+// (group g = lane / 4 and t = lane % 4: A rows g and g + 8, columns 2t, 2t + 1 and those + 8;
+// B rows 2t, 2t + 1 and those + 8, column g; D rows g and g + 8, columns 2t, 2t + 1), rounding
+// each operand to bf16 once; columns of K past K are zero (K a multiple of 8 suffices). Each
+// lane reads and writes only its own elements of C.
 template <class ALayout, class BLayout>
 __device__ __forceinline__ void warp_tile_bf16(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int K,
                                                bool accumulate) {
