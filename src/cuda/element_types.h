@@ -57,20 +57,15 @@ GDN_HD uint16_t float_to_f16_bits(float x) {
 
 // Element `i` of a tensor of type e at p, as a float.
 GDN_HD float load_element(Element e, const void *p, int64_t i) {
-    switch (e) {
-        case Element::BF16: return bf16_bits_to_float(static_cast<const uint16_t *>(p)[i]);
-        case Element::F16: return f16_bits_to_float(static_cast<const uint16_t *>(p)[i]);
-        default: return static_cast<const float *>(p)[i];
-    }
+    if (e == Element::F32) return static_cast<const float *>(p)[i];
+    const uint16_t h = static_cast<const uint16_t *>(p)[i];
+    return e == Element::BF16 ? bf16_bits_to_float(h) : f16_bits_to_float(h);
 }
 
 // x rounded once to type e, stored as element `i` at p.
 GDN_HD void store_element(Element e, void *p, int64_t i, float x) {
-    switch (e) {
-        case Element::BF16: static_cast<uint16_t *>(p)[i] = float_to_bf16_bits(x); return;
-        case Element::F16: static_cast<uint16_t *>(p)[i] = float_to_f16_bits(x); return;
-        default: static_cast<float *>(p)[i] = x; return;
-    }
+    if (e == Element::F32) static_cast<float *>(p)[i] = x;
+    else static_cast<uint16_t *>(p)[i] = e == Element::BF16 ? float_to_bf16_bits(x) : float_to_f16_bits(x);
 }
 
 // Two floats rounded to bf16 and packed as a bf16x2 register: `lo` in the low half (the
