@@ -6,7 +6,10 @@
 #      pools in place, value-major and key-major states giving the same bits),
 #   2. gdn-ops test -b CUDA0, 3. gdn-ops grad -b CUDA0,
 #   4. gdn-ops perf -b CUDA0 and cuda_bench at the Qwen3.5-27B shape, T = 1, 512, 4096,
-#   5. compute-sanitizer memcheck and racecheck on the small test cases,
+#   5. bf16: cuda_precision_bench at the 27B shape, T = 512, 4096 (F32 tensors, BF16 tensors
+#      EXACT, BF16 tensors with GDN_PRECISION_BF16: times, and errors against ref at T = 512),
+#      and scripts/check-cuda-sass.sh (bf16 mma instructions in the chunked kernels' SASS),
+#   6. compute-sanitizer memcheck and racecheck on the small test cases,
 # and prints a table of the results last. Exit status: non-zero when any step failed.
 # Budget: under 8 minutes on an H200 (GDN_GPU_CHECK_SECONDS, default 460, caps every step).
 #
@@ -65,10 +68,15 @@ run build 240 cmake --build "$BUILD" -j "$JOBS"
 TESTS=$BUILD/tests/cuda/cuda_backend_test
 OPS=$(find "$BUILD" -type f -name gdn-ops -perm -u+x 2>/dev/null | head -n1)
 BENCH=$BUILD/tests/cuda/cuda_bench
+PRECISION_BENCH=$BUILD/tests/cuda/cuda_precision_bench
 if [ ! -x "$BENCH" ] && [ -f "$BUILD/src/libgdn.a" ]; then
     # Tests were not configured (no GoogleTest): build the bench by hand against the static library.
     g++ -O2 -std=c++17 tests/cuda/cuda_bench.cpp -Iinclude -I/usr/local/cuda/include "$BUILD/src/libgdn.a" \
         -L/usr/local/cuda/lib64 -lcudart_static -lpthread -ldl -lrt -o "$BUILD/cuda_bench" && BENCH=$BUILD/cuda_bench
+fi
+if [ ! -x "$PRECISION_BENCH" ] && [ -f "$BUILD/src/libgdn.a" ]; then
+    g++ -O2 -std=c++17 tests/cuda/cuda_precision_bench.cpp -Iinclude -Isrc -I/usr/local/cuda/include "$BUILD/src/libgdn.a" \
+        -L/usr/local/cuda/lib64 -lcudart_static -lpthread -ldl -lrt -o "$BUILD/cuda_precision_bench" && PRECISION_BENCH=$BUILD/cuda_precision_bench
 fi
 
 if [ -x "$TESTS" ]; then
@@ -85,6 +93,8 @@ else
     skip ops-test "gdn-ops not built"; skip ops-grad "gdn-ops not built"; skip ops-perf "gdn-ops not built"
 fi
 if [ -x "$BENCH" ]; then run bench-27b 60 "$BENCH" 1 512 4096; else skip bench-27b "cuda_bench not built"; fi
+if [ -x "$PRECISION_BENCH" ]; then run bf16-27b 90 "$PRECISION_BENCH" 512 4096; else skip bf16-27b "cuda_precision_bench not built"; fi
+if command -v cuobjdump >/dev/null; then run sass-bf16 30 scripts/check-cuda-sass.sh "$BUILD"; else skip sass-bf16 "cuobjdump missing"; fi
 
 # Small cases of every kernel: per-token (case0-2, 5-7), chunked forward and backward (case8), tile ops,
 # the sequence tables on pools (decode batches) and the state copy between layouts.
@@ -101,12 +111,15 @@ echo
 echo "== timings (cuda_bench, 27B shape, B = 1; targets at T = 4096: fwd < 0.35 ms, bwd < 1.1 ms)"
 [ -f "$LOG/bench-27b.log" ] && grep -E '^(op|fwd|fwd-tok|bwd|bwd-tok) ' "$LOG/bench-27b.log"
 echo
+echo "== bf16 (cuda_precision_bench, 27B shape, B = 1: F32 tensors / BF16 tensors EXACT / BF16 tensors with bf16 mma)"
+[ -f "$LOG/bf16-27b.log" ] && grep -E '^(mode|f32|bf16|bf16-mma) ' "$LOG/bf16-27b.log"
+echo
 echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1), sm_$ARCH; logs in $LOG)"
 printf '%-20s %-46s %8s\n' step result seconds
 failed=0
 for i in "${!NAMES[@]}"; do
     printf '%-20s %-46s %8s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${SECONDS_TAKEN[$i]}"
-    case "${RESULTS[$i]}" in PASS|"SKIP: gdn-ops"*|"SKIP: cuda_bench"*|"SKIP: compute-sanitizer"*) ;;
+    case "${RESULTS[$i]}" in PASS|"SKIP: gdn-ops"*|"SKIP: cuda_bench"*|"SKIP: cuda_precision_bench"*|"SKIP: cuobjdump"*|"SKIP: compute-sanitizer"*) ;;
         *) [ "${NAMES[$i]}" = configure ] || failed=1 ;; esac
 done
 exit $failed

@@ -89,6 +89,8 @@ __device__ inline float block_sum(float x, float *parts) {
     return total;
 }
 
+// kBf16Products: Sizes::bf16_products as a template parameter (tile_ops.cuh: block_gemm).
+template <bool kBf16Products>
 __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(BackwardViews w, Sizes n, ChunkBackwardWork ws) {
     namespace tile = gdn::cuda::tile;
     using tile::col_major;
@@ -131,8 +133,8 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
         load_chunk_rows(w.k, Sk, kh, bq, t0, len, K, L.ldk);
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            R[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
-            dOc[r * L.ldv + c] = (r < len && w.d_out.present()) ? n.scale * *w.d_out.at(j0 + c, h, t0 + r, b) : 0.0f;
+            R[r * L.ldv + c] = r < len ? w.v.load(j0 + c, h, t0 + r, b) : 0.0f;
+            dOc[r * L.ldv + c] = (r < len && w.d_out.present()) ? n.scale * w.d_out.load(j0 + c, h, t0 + r, b) : 0.0f;
         }
         const float *ckpt = ws.checkpoints + (unit * walk.chunks + chunk) * n.Sv * Sk;
         for (int idx = tid; idx < Sk * kSlice; idx += threads) {
@@ -153,31 +155,31 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
         const float gam_last = gam[len - 1];
 
         // R = V - Kg S0, D = A beta R.
-        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, S0, L.ldv, C, kSlice, Sk, false);  // K S0
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, S0, L.ldv, C, kSlice, Sk, false, kBf16Products);  // K S0
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
             R[r * L.ldv + c] -= row_decay[r] * T2[r * L.ldv + c];
             T3[r * L.ldv + c] = beta[r] * R[r * L.ldv + c];
         }
         __syncthreads();
-        tile::block_gemm<row_major, row_major>(D, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);
+        tile::block_gemm<row_major, row_major>(D, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false, kBf16Products);
 
         // dD = P^T dOc + Kl dS; Y = A^T dD.
-        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, dS, L.ldv, C, kSlice, Sk, false);  // K dS
-        tile::block_gemm<col_major, row_major>(T3, L.ldv, P, L.ldc, dOc, L.ldv, C, kSlice, C, false);  // P^T dOc
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, K, L.ldk, dS, L.ldv, C, kSlice, Sk, false, kBf16Products);  // K dS
+        tile::block_gemm<col_major, row_major>(T3, L.ldv, P, L.ldc, dOc, L.ldv, C, kSlice, C, false, kBf16Products);  // P^T dOc
         for (int idx = tid; idx < C * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
             T3[r * L.ldv + c] += row_link[r] * T2[r * L.ldv + c];
         }
         __syncthreads();
-        tile::block_gemm<col_major, row_major>(Y, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false);  // Y = A^T dD
+        tile::block_gemm<col_major, row_major>(Y, L.ldv, A, L.ldc, T3, L.ldv, C, kSlice, C, false, kBf16Products);  // Y = A^T dD
 
         // dV; dbeta = Y . (R - M D); dP, dM.
-        tile::block_gemm<row_major, row_major>(T2, L.ldv, M, L.ldc, D, L.ldv, C, kSlice, C, false);  // M D
+        tile::block_gemm<row_major, row_major>(T2, L.ldv, M, L.ldc, D, L.ldv, C, kSlice, C, false, kBf16Products);  // M D
         if (w.dv.present())
             for (int idx = tid; idx < len * kSlice; idx += threads) {
                 const int r = idx / kSlice, c = idx % kSlice;
-                *w.dv.at(j0 + c, h, t0 + r, b) = beta[r] * Y[r * L.ldv + c];
+                w.dv.store(j0 + c, h, t0 + r, b, beta[r] * Y[r * L.ldv + c]);
             }
         for (int r = warp; r < C; r += warps) {  // a warp per row, a lane per column
             const float sum = warp_sum(Y[r * L.ldv + lane] * (R[r * L.ldv + lane] - T2[r * L.ldv + lane]));
@@ -188,20 +190,20 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
             T3[r * L.ldv + c] = -beta[r] * Y[r * L.ldv + c];  // -diag(beta) Y
         }
         __syncthreads();
-        tile::block_gemm<row_major, col_major>(dP, L.ldc, dOc, L.ldv, D, L.ldv, C, C, kSlice, false);  // dOc D^T
-        tile::block_gemm<row_major, col_major>(dM, L.ldc, T3, L.ldv, D, L.ldv, C, C, kSlice, false);   // -beta Y D^T
+        tile::block_gemm<row_major, col_major>(dP, L.ldc, dOc, L.ldv, D, L.ldv, C, C, kSlice, false, kBf16Products);  // dOc D^T
+        tile::block_gemm<row_major, col_major>(dM, L.ldc, T3, L.ldv, D, L.ldv, C, C, kSlice, false, kBf16Products);   // -beta Y D^T
 
         // dQg = dOc S0^T, dKg = -beta Y S0^T; then S0's last use, w = exp(gam_L) sum(dS o S0),
         // before dKl = D dS^T overwrites it.
-        tile::block_gemm<row_major, col_major>(dQ, L.ldk, dOc, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
-        tile::block_gemm<row_major, col_major>(dK, L.ldk, T3, L.ldv, S0, L.ldv, C, Sk, kSlice, false);
+        tile::block_gemm<row_major, col_major>(dQ, L.ldk, dOc, L.ldv, S0, L.ldv, C, Sk, kSlice, false, kBf16Products);
+        tile::block_gemm<row_major, col_major>(dK, L.ldk, T3, L.ldv, S0, L.ldv, C, Sk, kSlice, false, kBf16Products);
         float state_part = 0.0f;
         for (int idx = tid; idx < Sk * kSlice; idx += threads) {
             const int i = idx / kSlice, c = idx % kSlice;
             state_part += dS[i * L.ldv + c] * S0[i * L.ldv + c];
         }
         const float dg_state = expf(gam_last) * block_sum(state_part, block_parts);  // its barriers end the reads of S0
-        tile::block_gemm<row_major, col_major>(dKl, L.ldk, D, L.ldv, dS, L.ldv, C, Sk, kSlice, false);
+        tile::block_gemm<row_major, col_major>(dKl, L.ldk, D, L.ldv, dS, L.ldv, C, Sk, kSlice, false, kBf16Products);
         // The gate terms of single tokens and of their links to the chunk's end: a warp per row
         // in turn, its lanes over the key channels.
         for (int r = warp; r < C; r += warps) {
@@ -249,10 +251,10 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
             dM[r * L.ldc + s] = s < r ? dM[r * L.ldc + s] * decay : 0.0f;
         }
         __syncthreads();
-        tile::block_gemm<row_major, row_major>(dQ, L.ldk, dP, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dP o G) K
-        tile::block_gemm<col_major, row_major>(dK, L.ldk, dP, L.ldc, Q, L.ldk, C, Sk, C, true);   // + (dP o G)^T Q
-        tile::block_gemm<row_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dM o G) K
-        tile::block_gemm<col_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true);   // + (dM o G)^T K
+        tile::block_gemm<row_major, row_major>(dQ, L.ldk, dP, L.ldc, K, L.ldk, C, Sk, C, true, kBf16Products);   // + (dP o G) K
+        tile::block_gemm<col_major, row_major>(dK, L.ldk, dP, L.ldc, Q, L.ldk, C, Sk, C, true, kBf16Products);   // + (dP o G)^T Q
+        tile::block_gemm<row_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true, kBf16Products);   // + (dM o G) K
+        tile::block_gemm<col_major, row_major>(dK, L.ldk, dM, L.ldc, K, L.ldk, C, Sk, C, true, kBf16Products);   // + (dM o G)^T K
 
         // The partial rows of this slice: [dq | dk | dg | dbeta].
         for (int idx = tid; idx < len * (2 * Sk + 2); idx += threads) {
@@ -270,8 +272,8 @@ __global__ void __launch_bounds__(kChunkBackwardThreads) chunk_backward_kernel(B
         const float decay_last = expf(gam_last);
         for (int idx = tid; idx < Sk * kSlice; idx += threads) dS[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
         __syncthreads();
-        tile::block_gemm<col_major, row_major>(dS, L.ldv, Q, L.ldk, T2, L.ldv, Sk, kSlice, C, true);
-        tile::block_gemm<col_major, row_major>(dS, L.ldv, K, L.ldk, T3, L.ldv, Sk, kSlice, C, true);
+        tile::block_gemm<col_major, row_major>(dS, L.ldv, Q, L.ldk, T2, L.ldv, Sk, kSlice, C, true, kBf16Products);
+        tile::block_gemm<col_major, row_major>(dS, L.ldv, K, L.ldk, T3, L.ldv, Sk, kSlice, C, true, kBf16Products);
     }
 
     if (walk.chunk_begin > 0) {  // an earlier window follows: hand dS over
@@ -345,7 +347,8 @@ cudaError_t run_chunk_backward(const Launch &launch, const BackwardViews &w, con
         work.walk = chunk_walk(plan.windows, i, n.T, f, carry);
         work.rows.t_begin = window.t_begin, work.rows.tokens = window.tokens;
         if ((e = run_chunk_prepare(launch, states, n, work.walk)) != cudaSuccess) return e;
-        if ((e = launch(chunk_backward_kernel, shape, w, n, work)) != cudaSuccess) return e;
+        e = n.bf16_products ? launch(chunk_backward_kernel<true>, shape, w, n, work) : launch(chunk_backward_kernel<false>, shape, w, n, work);
+        if (e != cudaSuccess) return e;
         if ((e = run_reductions(launch, w, n, work.rows)) != cudaSuccess) return e;
     }
     return cudaSuccess;

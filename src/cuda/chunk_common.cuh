@@ -67,8 +67,8 @@ __device__ inline void load_chunk_gates(const View &g, const View &beta_in, int 
                                         float *beta) {
     if (threadIdx.x >= kChunk) return;
     const int r = threadIdx.x;
-    beta[r] = r < len ? *beta_in.at(0, h, t0 + r, b) : 0.0f;
-    const float gate = r < len ? *g.at(0, h, t0 + r, b) : 0.0f;
+    beta[r] = r < len ? beta_in.load(0, h, t0 + r, b) : 0.0f;
+    const float gate = r < len ? g.load(0, h, t0 + r, b) : 0.0f;
     gam[r] = warp_inclusive_scan(gate < kGateFloor ? kGateFloor : gate);  // NaN stays NaN
 }
 
@@ -77,7 +77,7 @@ __device__ inline void load_chunk_gates(const View &g, const View &beta_in, int 
 __device__ inline void load_chunk_rows(const View &x, int Sk, int kh, int bq, int64_t t0, int len, float *rows, int ld) {
     for (int idx = threadIdx.x; idx < kChunk * Sk; idx += blockDim.x) {
         const int r = idx / Sk, i = idx % Sk;
-        rows[r * ld + i] = r < len ? *x.at(i, kh, t0 + r, bq) : 0.0f;
+        rows[r * ld + i] = r < len ? x.load(i, kh, t0 + r, bq) : 0.0f;
     }
 }
 

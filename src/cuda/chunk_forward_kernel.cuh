@@ -59,6 +59,8 @@ __host__ __device__ inline ChunkLayout chunk_layout(int Sk) {
 }
 
 // The walk over one window's chunks (the factors of the window computed before).
+// kBf16Products: Sizes::bf16_products as a template parameter (tile_ops.cuh: block_gemm).
+template <bool kBf16Products>
 __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardViews w, Sizes n, ChunkWalk walk) {
     namespace tile = gdn::cuda::tile;
     using tile::col_major;
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
         load_chunk_rows(w.k, Sk, kh, bq, t0, len, K, L.ldk);
         for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
-            V[r * L.ldv + c] = r < len ? *w.v.at(j0 + c, h, t0 + r, b) : 0.0f;
+            V[r * L.ldv + c] = r < len ? w.v.load(j0 + c, h, t0 + r, b) : 0.0f;
         }
         load_factor(walk.factors.at(unit, chunk, kFactorA), A, L.ldc);
         if (w.out.present()) load_factor(walk.factors.at(unit, chunk, kFactorP), P, L.ldc);
@@ -109,13 +111,13 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
         __syncthreads();
         const float gam_last = gam[len - 1];
 
-        tile::block_gemm<row_major, row_major>(U, L.ldv, K, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);  // K S
+        tile::block_gemm<row_major, row_major>(U, L.ldv, K, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false, kBf16Products);  // K S
         for (int idx = tid; idx < kChunk * kSlice; idx += threads) {
             const int r = idx / kSlice, c = idx % kSlice;
             V[r * L.ldv + c] = beta[r] * (V[r * L.ldv + c] - row_scale[r] * U[r * L.ldv + c]);  // beta R
         }
         __syncthreads();
-        tile::block_gemm<row_major, row_major>(U, L.ldv, A, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false);  // D = A beta R
+        tile::block_gemm<row_major, row_major>(U, L.ldv, A, L.ldc, V, L.ldv, kChunk, kSlice, kChunk, false, kBf16Products);  // D = A beta R
 
         if (w.out.present()) {
             for (int idx = tid; idx < kChunk * Sk; idx += threads) {
@@ -123,11 +125,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
                 Q[r * L.ldk + i] *= row_scale[r];
             }
             __syncthreads();
-            tile::block_gemm<row_major, row_major>(O, L.ldv, Q, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false);     // Qg S
-            tile::block_gemm<row_major, row_major>(O, L.ldv, P, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true);  // + P D
+            tile::block_gemm<row_major, row_major>(O, L.ldv, Q, L.ldk, S, L.ldv, kChunk, kSlice, Sk, false, kBf16Products);     // Qg S
+            tile::block_gemm<row_major, row_major>(O, L.ldv, P, L.ldc, U, L.ldv, kChunk, kSlice, kChunk, true, kBf16Products);  // + P D
             for (int idx = tid; idx < len * kSlice; idx += threads) {
                 const int r = idx / kSlice, c = idx % kSlice;
-                *w.out.at(j0 + c, h, t0 + r, b) = n.scale * O[r * L.ldv + c];
+                w.out.store(j0 + c, h, t0 + r, b, n.scale * O[r * L.ldv + c]);
             }
         }
         // (every read of exp(gam) is behind the barrier that ended the last block_gemm)
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_forward_kernel(ForwardVie
         const float decay_last = expf(gam_last);
         for (int idx = tid; idx < Sk * kSlice; idx += threads) S[(idx / kSlice) * L.ldv + idx % kSlice] *= decay_last;
         __syncthreads();
-        tile::block_gemm<col_major, row_major>(S, L.ldv, K, L.ldk, U, L.ldv, Sk, kSlice, kChunk, true);  // S += Kl^T D
+        tile::block_gemm<col_major, row_major>(S, L.ldv, K, L.ldk, U, L.ldv, Sk, kSlice, kChunk, true, kBf16Products);  // S += Kl^T D
     }
 
     if (walk.chunk_end < walk.chunks) {  // a later window follows: hand S over
@@ -191,7 +193,10 @@ cudaError_t run_chunk_walks(const Launch &launch, const ForwardViews &w, const S
     for (int64_t i = 0; i < windows.count; ++i) {
         const ChunkWalk walk = chunk_walk(windows, i, n.T, f, carry);
         cudaError_t e = run_chunk_prepare(launch, w, n, walk);
-        if (e != cudaSuccess || (e = launch(chunk_forward_kernel, chunk_forward_shape(n), w, n, walk)) != cudaSuccess) return e;
+        if (e != cudaSuccess) return e;
+        const LaunchShape shape = chunk_forward_shape(n);
+        e = n.bf16_products ? launch(chunk_forward_kernel<true>, shape, w, n, walk) : launch(chunk_forward_kernel<false>, shape, w, n, walk);
+        if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
 }

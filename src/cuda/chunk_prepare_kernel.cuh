@@ -1,7 +1,7 @@
 // The state-independent part of the chunked (WY) form (chunk_common.cuh: ChunkFactors), for
 // every chunk of a window at once: a block per (chunk, unit). Per chunk, with gam the prefix sums of g
 // inside the chunk:
-//   Gk = K K^T, Gq = Q K^T                                       (3xTF32 WMMA, block_gemm)
+//   Gk = K K^T, Gq = Q K^T                                       (block_gemm: 3xTF32, or bf16 mma)
 //   M_rs = exp(gam_r - gam_s) Gk_rs (s < r), A = (I + diag(beta) M)^-1   (F32, by halves)
 //   P_rs = exp(gam_r - gam_s) Gq_rs (s <= r)
 // The walking kernels then keep only the state-dependent products in their sequential loop,
@@ -35,6 +35,8 @@ __host__ __device__ inline ChunkPrepareLayout chunk_prepare_layout(int Sk) {
     return L;
 }
 
+// kBf16Products: Sizes::bf16_products as a template parameter (tile_ops.cuh: block_gemm).
+template <bool kBf16Products>
 __global__ void __launch_bounds__(kChunkThreads) chunk_prepare_kernel(ForwardViews w, Sizes n, ChunkFactors f) {
     namespace tile = gdn::cuda::tile;
     extern __shared__ __align__(32) float shared[];
@@ -50,8 +52,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_prepare_kernel(ForwardVie
     load_chunk_rows(w.k, n.Sk, kh, bq, t0, len, K, L.ldk);
     load_chunk_gates(w.g, w.beta, h, b, t0, len, gam, beta);
     __syncthreads();
-    tile::block_gemm<tile::row_major, tile::col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false);  // K K^T
-    tile::block_gemm<tile::row_major, tile::col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false);  // Q K^T
+    tile::block_gemm<tile::row_major, tile::col_major>(Gk, L.ldc, K, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false, kBf16Products);  // K K^T
+    tile::block_gemm<tile::row_major, tile::col_major>(Gq, L.ldc, Q, L.ldk, K, L.ldk, kChunk, kChunk, n.Sk, false, kBf16Products);  // Q K^T
 
     float *m_out = f.count > kFactorM ? f.at(unit, chunk, kFactorM) : nullptr;
     float *p_out = f.at(unit, chunk, kFactorP);
@@ -74,7 +76,8 @@ template <class Launch>
 cudaError_t run_chunk_prepare(const Launch &launch, const ForwardViews &w, const Sizes &n, const ChunkWalk &walk) {
     const LaunchShape shape{static_cast<int>(walk.chunk_end - walk.chunk_begin), n.Hv, n.B, kChunkThreads,
                             sizeof(float) * static_cast<size_t>(chunk_prepare_layout(n.Sk).floats)};
-    return launch(chunk_prepare_kernel, shape, w, n, walk.factors);
+    return n.bf16_products ? launch(chunk_prepare_kernel<true>, shape, w, n, walk.factors)
+                           : launch(chunk_prepare_kernel<false>, shape, w, n, walk.factors);
 }
 
 }  // namespace

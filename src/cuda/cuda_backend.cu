@@ -46,18 +46,27 @@ private:
     bool switched_ = false;
 };
 
-// Checks that a tensor is F32 memory this device can read whole floats from, and describes it
-// in element strides.
+// The element type of a tensor the backend takes (SPEC 3.1: F32, BF16, F16; supports() has
+// refused F64).
+cuda::Element element_of(gdn_type type) {
+    return type == GDN_TYPE_BF16 ? cuda::Element::BF16 : type == GDN_TYPE_F16 ? cuda::Element::F16 : cuda::Element::F32;
+}
+
+// Checks that a tensor is memory this device can read whole elements (4 or 2 bytes) from, and
+// describes it in element strides.
 Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
     out = View{};
     if (t == nullptr) return {};
+    const cuda::Element type = element_of(t->type);
+    const int64_t size = cuda::element_bytes(type);
     const uintptr_t address = reinterpret_cast<uintptr_t>(t->data);
-    if (address % sizeof(float) != 0)
-        return fail(GDN_ERROR_UNSUPPORTED, "%s.data = %p is not aligned to 4 bytes (the cuda backend reads whole floats)", name, t->data);
+    if (address % size != 0)
+        return fail(GDN_ERROR_UNSUPPORTED, "%s.data = %p is not aligned to %d bytes (the cuda backend reads whole %s elements)", name,
+                    t->data, static_cast<int>(size), type_name(t->type));
     for (int d = 0; d < 4; ++d)
-        if (t->nb[d] % static_cast<int64_t>(sizeof(float)) != 0)
-            return fail(GDN_ERROR_UNSUPPORTED, "%s.nb[%d] = %" PRId64 " is not a multiple of 4 bytes (the cuda backend reads whole floats)",
-                        name, d, t->nb[d]);
+        if (t->nb[d] % size != 0)
+            return fail(GDN_ERROR_UNSUPPORTED, "%s.nb[%d] = %" PRId64 " is not a multiple of %d bytes (the cuda backend reads whole %s elements)",
+                        name, d, t->nb[d], static_cast<int>(size), type_name(t->type));
     cudaPointerAttributes attr{};
     const cudaError_t e = cudaPointerGetAttributes(&attr, t->data);
     if (e != cudaSuccess) {
@@ -80,11 +89,12 @@ Status view_of(const char *name, const gdn_tensor *t, int device, View &out) {
             return fail(GDN_ERROR_INVALID_ARGUMENT, "%s.data = %p is not device memory (the cuda backend takes device pointers)", name,
                         t->data);
     }
-    out.data = static_cast<float *>(t->data);
-    out.s0 = t->nb[0] / static_cast<int64_t>(sizeof(float));  // 1 but in value-major states
-    out.s1 = t->nb[1] / static_cast<int64_t>(sizeof(float));
-    out.s2 = t->nb[2] / static_cast<int64_t>(sizeof(float));
-    out.s3 = t->nb[3] / static_cast<int64_t>(sizeof(float));
+    out.data = t->data;
+    out.type = type;
+    out.s0 = t->nb[0] / size;  // 1 but in value-major states
+    out.s1 = t->nb[1] / size;
+    out.s2 = t->nb[2] / size;
+    out.s3 = t->nb[3] / size;
     return {};
 }
 
@@ -112,6 +122,8 @@ cuda::Sizes sizes_of(const Dims &d) {
     n.grouped = d.head_map == GDN_HEAD_MAP_GROUPED ? 1 : 0;
     n.T = d.T;
     n.scale = static_cast<float>(d.scale);
+    // Every device the backend runs on (sm_80+) has bf16 mma: the precision is the call's.
+    n.bf16_products = d.precision == GDN_PRECISION_BF16 ? 1 : 0;
     return n;
 }
 
@@ -132,7 +144,11 @@ public:
     const char *name() const override { return "cuda"; }
 
     Status supports(const Dims &d, bool) const override {
-        GDN_TRY(require_all_of_type(d, GDN_TYPE_F32, "cuda"));
+        // SPEC 3.1: every combination of F32 states with F32, BF16 or F16 tensors (the C API has
+        // checked the rule); the F64 call is ref's.
+        if (d.state_type != GDN_TYPE_F32)
+            return fail(GDN_ERROR_TYPE, "cuda: the call is %s throughout; the cuda backend computes with F32 states from F32, BF16 or F16 tensors",
+                        type_name(d.state_type));
         if (d.Sk > cuda::kMaxHeadSize)
             return fail(GDN_ERROR_UNSUPPORTED, "Sk = %" PRId64 ": the cuda backend takes key head sizes up to %d", d.Sk, cuda::kMaxHeadSize);
         if (d.Sv > cuda::kMaxHeadSize)

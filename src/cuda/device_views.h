@@ -1,31 +1,43 @@
-// What the kernels receive: strided F32 tensors as element strides, and the resolved sizes.
-// Plain structs passed by value to kernels; usable from host code (no device code here).
+// What the kernels receive: strided tensors (F32, BF16 or F16) as element strides, and the
+// resolved sizes. Plain structs passed by value to kernels; usable from host code.
 #pragma once
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GDN_HD __host__ __device__ __forceinline__
-#else
-#define GDN_HD inline
-#endif
+#include "cuda/element_types.h"
 
 namespace gdn::cuda {
 
-// A strided F32 tensor on the device: element (i0, i1, i2, i3) is data[i0*s0 + i1*s1 + i2*s2 + i3*s3].
-// s0 is 1 (rows contiguous, SPEC section 3) except in a value-major state tensor ([Sk, Sv, Hv, *]
-// with s1 = 1, PyTorch's [..., K, V]): kernels that move a whole state pick their loop order by
-// it so that neighbouring threads touch neighbouring floats in both layouts. data == nullptr:
-// absent (an input read as zero, an output not wanted).
+// A strided tensor on the device: element (i0, i1, i2, i3) is element i0*s0 + i1*s1 + i2*s2 +
+// i3*s3 of `type` from data. s0 is 1 (rows contiguous, SPEC section 3) except in a value-major
+// state tensor ([Sk, Sv, Hv, *] with s1 = 1, PyTorch's [..., K, V]): kernels that move a whole
+// state pick their loop order by it so that neighbouring threads touch neighbouring floats in
+// both layouts. data == nullptr: absent (an input read as zero, an output not wanted).
+//
+// Token tensors (q, k, v, g, beta, out, d_out and the gradients) may be BF16 or F16 (SPEC 3.1):
+// kernels read them by load() (exact) and write them by store() (rounded once), so everything
+// between is the F32 computation on the converted values. States and workspace buffers are F32
+// and addressed by at().
 struct View {
-    float *data = nullptr;
+    void *data = nullptr;
     int64_t s1 = 0, s2 = 0, s3 = 0;
     int64_t s0 = 1;
+    Element type = Element::F32;
 
     GDN_HD bool present() const { return data != nullptr; }
     GDN_HD bool rows_contiguous() const { return s0 == 1; }
+    GDN_HD bool is_f32() const { return type == Element::F32; }
     GDN_HD int64_t offset(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3; }
-    GDN_HD float *at(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return data + offset(i0, i1, i2, i3); }
+    // The address of an element of an F32 view.
+    GDN_HD float *at(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return static_cast<float *>(data) + offset(i0, i1, i2, i3); }
+    GDN_HD float load(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return load_element(type, data, offset(i0, i1, i2, i3)); }
+    GDN_HD void store(int64_t i0, int64_t i1, int64_t i2, int64_t i3, float x) const { store_element(type, data, offset(i0, i1, i2, i3), x); }
+    // The same tensor from `elements` elements further on.
+    GDN_HD View shifted(int64_t elements) const {
+        View v = *this;
+        if (v.data != nullptr) v.data = static_cast<char *>(v.data) + elements * element_bytes(type);
+        return v;
+    }
 };
 
 // The sizes of one call (Dims of src/core/problem.h, narrowed to what kernels use).
@@ -38,6 +50,9 @@ struct Sizes {
     int grouped = 0;         // head map: 0 tiled (kh = h % Hk), 1 grouped (kh = h / (Hv/Hk))
     int64_t T = 0;           // tokens
     float scale = 1.0f;
+    // gdn_problem.precision = GDN_PRECISION_BF16: the chunked kernels' products take bf16
+    // operands with F32 sums (tile_ops.cuh); 0: 3xTF32, about F32 accuracy.
+    int bf16_products = 0;
 
     GDN_HD int key_head(int h) const { return grouped ? h / (Hv / Hk) : h % Hk; }
     GDN_HD int qk_sequence(int b) const { return b / (B / Bq); }

@@ -79,8 +79,8 @@ __global__ void reduce_key_grads_kernel(BackwardViews w, Sizes n, PartialRows ro
                 }
             }
         }
-        if (w.dq.present()) *w.dq.at(i, kh, t, bq) = dq;
-        if (w.dk.present()) *w.dk.at(i, kh, t, bq) = dk;
+        if (w.dq.present()) w.dq.store(i, kh, t, bq, dq);
+        if (w.dk.present()) w.dk.store(i, kh, t, bq, dk);
     }
 }
 
@@ -101,9 +101,9 @@ __global__ void reduce_gate_grads_kernel(BackwardViews w, Sizes n, PartialRows r
         float sum = 0.0f;
         for (int slice = 0; slice < rows.slices; ++slice) sum += rows.row(slice, unit, units, r)[2 * n.Sk + c];
         if (c < n.gate_width) {
-            if (w.dg.present()) *w.dg.at(c, h, t, b) = sum;
+            if (w.dg.present()) w.dg.store(c, h, t, b, sum);
         } else if (w.dbeta.present()) {
-            *w.dbeta.at(0, h, t, b) = sum;
+            w.dbeta.store(0, h, t, b, sum);
         }
     }
 }

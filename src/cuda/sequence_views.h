@@ -50,15 +50,13 @@ GDN_HD int64_t snapshot_step(const SequenceTable &table, const Sizes &n) {
 }
 
 GDN_HD View token_rows(View v, int64_t begin, int batch) {
-    if (v.present()) v.data += begin * v.s2 + batch * v.s3;
-    return v;
+    return v.shifted(begin * v.s2 + batch * v.s3);
 }
 
 // Index `index` of a state tensor; absent for a negative index.
 GDN_HD View state_at(View v, int64_t index) {
     if (index < 0) return View{};
-    if (v.present()) v.data += index * v.s3;
-    return v;
+    return v.shifted(index * v.s3);
 }
 
 // The snapshot slots of one sequence from `index` on, `step` apart.

@@ -1,18 +1,38 @@
 // Tensor-core tile operations in shared memory, for the chunked kernels: 16x16 output tiles
-// from TF32 WMMA with F32 accumulation, error-compensated (3xTF32: a_hi b_hi + a_hi b_lo +
-// a_lo b_hi, each operand split into a TF32 head and a TF32 tail), which keeps products to
-// about F32 accuracy: plain TF32 (10-bit mantissa) would miss the harness's NMSE thresholds.
-// Plus the inverse of a unit lower triangular matrix in F32 (the WY form's (I + L)^-1).
+// with F32 accumulation, in one of two precisions (gdn_problem.precision):
+//   EXACT: TF32 WMMA, error-compensated (3xTF32: a_hi b_hi + a_hi b_lo + a_lo b_hi, each
+//     operand split into a TF32 head and a TF32 tail), which keeps products to about F32
+//     accuracy: plain TF32 (10-bit mantissa) would miss the harness's NMSE thresholds;
+//   BF16: one bf16 mma.sync m16n8k16 per 16x8x16 step, operands rounded to bf16 (to nearest,
+//     ties to even) as the fragments are built from the F32 tiles, F32 accumulation.
+// Plus the inverse of a unit lower triangular matrix in F32 (the WY form's (I + L)^-1), in both.
 //
 // Block-level functions: every thread of the block calls them; they end with __syncthreads().
 // Device code only; also compiled by the host compiler in the emulation test
-// (tests/cuda/fake_cuda.h provides nvcuda::wmma on CPU threads).
+// (tests/cuda/fake_cuda.h provides nvcuda::wmma and the bf16 mma on CPU threads).
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
+
+#include "cuda/element_types.h"
 
 #if defined(__CUDACC__)
 #include <mma.h>
+
+namespace gdn::cuda::ptx {
+// d += a b for one warp: A 16x16 (row-major fragment, 4 registers of bf16 pairs), B 16x8
+// (col-major fragment, 2 registers), D 16x8 F32; the fragments' layouts are PTX's ("Matrix
+// Fragments for mma.m16n8k16 with floating point type"). sm_80 and newer.
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+}  // namespace gdn::cuda::ptx
 #endif
 
 namespace gdn::cuda::tile {
@@ -73,12 +93,66 @@ __device__ __forceinline__ void mma_3xtf32(FragC &acc, const float *a, int lda, 
     for (int i = 0; i < acc.num_elements; ++i) acc.x[i] += cross.x[i];  // element-wise: the same layout
 }
 
+// Element (m, k) of an A tile and (k, n) of a B tile in either layout (mma_3xtf32's rules).
+template <class Layout>
+__device__ __forceinline__ float a_element(const float *a, int lda, int m, int k) {
+    return RowMajor<Layout>::value ? a[m * lda + k] : a[k * lda + m];
+}
+template <class Layout>
+__device__ __forceinline__ float b_element(const float *b, int ldb, int k, int n) {
+    return RowMajor<Layout>::value ? b[k * ldb + n] : b[n * ldb + k];
+}
+
+// The bf16 pair (m, k), (m, k + 1) of A and (k, n), (k + 1, n) of B as one fragment register;
+// zero past K (k even, K a multiple of 8: k < K covers both).
+template <class Layout>
+__device__ __forceinline__ uint32_t a_pair(const float *a, int lda, int m, int k, int K) {
+    return k < K ? pack_bf16x2(a_element<Layout>(a, lda, m, k), a_element<Layout>(a, lda, m, k + 1)) : 0u;
+}
+template <class Layout>
+__device__ __forceinline__ uint32_t b_pair(const float *b, int ldb, int k, int n, int K) {
+    return k < K ? pack_bf16x2(b_element<Layout>(b, ldb, k, n), b_element<Layout>(b, ldb, k + 1, n)) : 0u;
+}
+
+// One warp: the 16x16 tile at c (row-major, ldc) = A (16 x K) B (K x 16), or += when
+// `accumulate`, by bf16 mma.sync m16n8k16 (two per 16 columns of K: the tile's left and right
+// 8 columns). Each lane builds its fragment registers from the F32 tiles in PTX's layout
+// (group g = lane / 4 and t = lane % 4: A rows g and g + 8, columns 2t, 2t + 1 and those + 8;
+// B rows 2t, 2t + 1 and those + 8, column g; D rows g and g + 8, columns 2t, 2t + 1), rounding
+// each operand to bf16 once; columns of K past K are zero (K a multiple of 8 suffices). Each
+// lane reads and writes only its own elements of C.
+template <class ALayout, class BLayout>
+__device__ __forceinline__ void warp_tile_bf16(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int K,
+                                               bool accumulate) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float acc[2][4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[half][i] = accumulate ? c[(g + 8 * (i / 2)) * ldc + 8 * half + 2 * t + i % 2] : 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        const uint32_t a_frag[4] = {a_pair<ALayout>(a, lda, g, k0 + 2 * t, K), a_pair<ALayout>(a, lda, g + 8, k0 + 2 * t, K),
+                                    a_pair<ALayout>(a, lda, g, k0 + 8 + 2 * t, K), a_pair<ALayout>(a, lda, g + 8, k0 + 8 + 2 * t, K)};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int n = 8 * half + g;
+            const uint32_t b_frag[2] = {b_pair<BLayout>(b, ldb, k0 + 2 * t, n, K), b_pair<BLayout>(b, ldb, k0 + 8 + 2 * t, n, K)};
+            ptx::mma_m16n8k16_bf16(acc[half], a_frag, b_frag);
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) c[(g + 8 * (i / 2)) * ldc + 8 * half + 2 * t + i % 2] = acc[half][i];
+    __syncwarp();
+}
+
 // C (M x N, row-major, ldc) = A (M x K) B (K x N), or C += A B when `accumulate`, the layouts
 // as for mma_3xtf32. M, N multiples of 16, K of 8. The block's warps take the 16x16 tiles of C
 // in turn. Every thread of the block calls this; C is complete for all of them on return.
 template <class ALayout, class BLayout>
-__device__ void block_gemm(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
-                           bool accumulate) {
+__device__ void block_gemm_3xtf32(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
+                                  bool accumulate) {
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
     for (int tile = warp; tile < tiles; tile += warps) {
@@ -93,6 +167,31 @@ __device__ void block_gemm(float *c, int ldc, const float *a, int lda, const flo
         wmma::store_matrix_sync(c_tile, acc, ldc, wmma::mem_row_major);
     }
     __syncthreads();
+}
+
+// The same with bf16 operands (warp_tile_bf16).
+template <class ALayout, class BLayout>
+__device__ void block_gemm_bf16(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N, int K,
+                                bool accumulate) {
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
+    for (int tile = warp; tile < tiles; tile += warps) {
+        const int tm = tile / tiles_n, tn = tile % tiles_n;
+        const float *a_tile = RowMajor<ALayout>::value ? a + tm * 16 * lda : a + tm * 16;
+        const float *b_tile = RowMajor<BLayout>::value ? b + tn * 16 : b + tn * 16 * ldb;
+        warp_tile_bf16<ALayout, BLayout>(c + tm * 16 * ldc + tn * 16, ldc, a_tile, lda, b_tile, ldb, K, accumulate);
+    }
+    __syncthreads();
+}
+
+// The chunked kernels' product: bf16 operands when `bf16_products` (GDN_PRECISION_BF16), else
+// 3xTF32. The kernels pass a template parameter, so that each instantiation holds one path
+// (EXACT's code is what it was without the bf16 one); uniform over the block either way.
+template <class ALayout, class BLayout>
+__device__ __forceinline__ void block_gemm(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int M, int N,
+                                           int K, bool accumulate, bool bf16_products) {
+    if (bf16_products) block_gemm_bf16<ALayout, BLayout>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
+    else block_gemm_3xtf32<ALayout, BLayout>(c, ldc, a, lda, b, ldb, M, N, K, accumulate);
 }
 
 // One warp, in place: the unit lower inverse of the n x n (n <= 32) block at m, whose strictly

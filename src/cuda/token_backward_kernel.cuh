@@ -136,11 +136,11 @@ token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws
         for (int64_t t = t0; t < t1; ++t) {
             KeyRows<R> x;
             load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
-            const float beta = *w.beta.at(0, h, t, b);
+            const float beta = w.beta.load(0, h, t, b);
             float v[kColumns];
 #pragma unroll
             for (int c = 0; c < kColumns; ++c) {
-                v[c] = column_in[c] ? *w.v.at(column[c], h, t, b) : 0.0f;
+                v[c] = column_in[c] ? w.v.load(column[c], h, t, b) : 0.0f;
                 if (column_in[c] && (t - t0) % ws.sub_segment == 0)
                     store_packed<R>(packed_column(ws.sub_checkpoints, unit, ws.sub_segments, (t - t0) / ws.sub_segment, n, column[c]),
                                     n.Sk, lane, s[c]);
@@ -159,11 +159,11 @@ token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws
             for (int64_t t = u0; t < u1; ++t) {
                 KeyRows<R> x;
                 load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
-                const float beta = *w.beta.at(0, h, t, b);
+                const float beta = w.beta.load(0, h, t, b);
                 float v[kColumns];
 #pragma unroll
                 for (int c = 0; c < kColumns; ++c) {
-                    v[c] = column_in[c] ? *w.v.at(column[c], h, t, b) : 0.0f;
+                    v[c] = column_in[c] ? w.v.load(column[c], h, t, b) : 0.0f;
                     if (column_in[c]) store_packed<R>(replay_column(t - u0, c), n.Sk, lane, s[c]);
                 }
                 forward_columns_step<R, kColumns>(s, x, v, beta, column_in, lane, n.Sk);
@@ -173,7 +173,7 @@ token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws
             for (int64_t t = u1 - 1; t >= u0; --t) {
                 KeyRows<R> x;
                 load_key_rows<R>(w.q, w.k, w.g, n, kh, bq, h, b, t, lane, x);
-                const float beta = *w.beta.at(0, h, t, b);
+                const float beta = w.beta.load(0, h, t, b);
                 const int64_t slot = n.T - 1 - t;
                 const bool slot_gradient = w.d_states.present() && slot < n.K;
 
@@ -197,7 +197,7 @@ token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws
                         for (int r = 0; r < R; ++r) dS[c][r] += extra[r];
                     }
                     // The output o_t = scale S_t^T q_t: dS_t += scale q dO_j, dq += scale S_t[:, j] dO_j.
-                    const float out_weight = w.d_out.present() ? n.scale * *w.d_out.at(j, h, t, b) : 0.0f;
+                    const float out_weight = w.d_out.present() ? n.scale * w.d_out.load(j, h, t, b) : 0.0f;
                     float prev[R];
                     load_packed<R>(replay_column(t - u0, c), n.Sk, lane, prev);
 #pragma unroll
@@ -218,10 +218,10 @@ token_backward_kernel(BackwardViews call, Sizes call_sizes, BackwardWorkspace ws
                     if (!column_in[c]) continue;
                     const int j = column[c];
                     const float p = pe[c], e = pe[kColumns + c];  // e_j: the gradient of the delta d_j
-                    const float v = *w.v.at(j, h, t, b);
+                    const float v = w.v.load(j, h, t, b);
                     const float residual = v - p;
                     const float d = beta * residual;
-                    if (w.dv.present() && lane == 0) *w.dv.at(j, h, t, b) = beta * e;
+                    if (w.dv.present() && lane == 0) w.dv.store(j, h, t, b, beta * e);
                     dbeta_part += e * residual;
                     const float beta_e = beta * e;
                     float prev[R];

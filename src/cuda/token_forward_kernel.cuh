@@ -77,6 +77,15 @@ __device__ __forceinline__ void copy_wait_all() {
 #endif
 }
 
+// Element (i0, i1, i2, i3) of x into the staging buffer: an F32 element by an asynchronous
+// copy; a BF16 or F16 one converted by the thread as it is read (a synchronous load: the copy
+// engine moves bytes, and the tile must hold floats). Either lands before the barrier that
+// follows copy_wait_all(), the stores because this buffer is not read before that barrier.
+__device__ __forceinline__ void stage_element(float *dst, const View &x, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    if (x.is_f32()) copy_async(dst, x.at(i0, i1, i2, i3));
+    else *dst = x.load(i0, i1, i2, i3);
+}
+
 // Queues the copies of tokens [t0, t0 + count) into one staging buffer (every thread a share).
 template <int V>
 __device__ void stage_tile(const ForwardViews &w, const Sizes &n, const StageLayout<V> &L, int kh, int bq, int h, int b,
@@ -85,12 +94,12 @@ __device__ void stage_tile(const ForwardViews &w, const Sizes &n, const StageLay
     for (int tt = 0; tt < count; ++tt) {
         const int64_t t = t0 + tt;
         for (int i = threadIdx.x; i < n.Sk; i += blockDim.x) {
-            copy_async(buf + L.q(tt) + i, w.q.at(i, kh, t, bq));
-            copy_async(buf + L.k(tt) + i, w.k.at(i, kh, t, bq));
+            stage_element(buf + L.q(tt) + i, w.q, i, kh, t, bq);
+            stage_element(buf + L.k(tt) + i, w.k, i, kh, t, bq);
         }
-        for (int i = threadIdx.x; i < n.gate_width; i += blockDim.x) copy_async(buf + L.gate(tt) + i, w.g.at(i, h, t, b));
-        for (int c = threadIdx.x; c < columns; c += blockDim.x) copy_async(buf + L.v(tt) + c, w.v.at(j0 + c, h, t, b));
-        if (threadIdx.x == 0) copy_async(buf + L.beta(tt), w.beta.at(0, h, t, b));
+        for (int i = threadIdx.x; i < n.gate_width; i += blockDim.x) stage_element(buf + L.gate(tt) + i, w.g, i, h, t, b);
+        for (int c = threadIdx.x; c < columns; c += blockDim.x) stage_element(buf + L.v(tt) + c, w.v, j0 + c, h, t, b);
+        if (threadIdx.x == 0) stage_element(buf + L.beta(tt), w.beta, 0, h, t, b);
     }
     copy_commit();
 }
@@ -210,7 +219,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32) token_forward_kernel(Forwa
                 o4[2] += s[4 * u + 2] * q4.z, o4[3] += s[4 * u + 3] * q4.w;
             }
             const float o = quad_sum((o4[0] + o4[1]) + (o4[2] + o4[3]));
-            if (column_in && quad_lane == 0 && w.out.present()) *w.out.at(j, h, t, b) = n.scale * o;
+            if (column_in && quad_lane == 0 && w.out.present()) w.out.store(j, h, t, b, n.scale * o);
 
             const int64_t slot = n.T - 1 - t;
             if (column_in && w.states.present() && slot < n.K) {

@@ -23,18 +23,15 @@ struct KeyRows {
 template <int R>
 __device__ __forceinline__ void load_key_rows(const View &q, const View &k, const View &g, const Sizes &n, int kh, int bq,
                                               int h, int b, int64_t t, int lane, KeyRows<R> &x) {
-    const float *q_row = q.at(0, kh, t, bq);
-    const float *k_row = k.at(0, kh, t, bq);
-    const float *g_row = g.at(0, h, t, b);
     const bool per_channel = n.gate_width != 1;
-    const float scalar_decay = per_channel ? 1.0f : expf(g_row[0]);
+    const float scalar_decay = per_channel ? 1.0f : expf(g.load(0, h, t, b));
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const int i = lane + 32 * r;
         const bool in = i < n.Sk;
-        x.q[r] = in ? q_row[i] : 0.0f;
-        x.k[r] = in ? k_row[i] : 0.0f;
-        x.decay[r] = !in ? 1.0f : per_channel ? expf(g_row[i]) : scalar_decay;
+        x.q[r] = in ? q.load(i, kh, t, bq) : 0.0f;
+        x.k[r] = in ? k.load(i, kh, t, bq) : 0.0f;
+        x.decay[r] = !in ? 1.0f : per_channel ? expf(g.load(i, h, t, b)) : scalar_decay;
     }
 }
 

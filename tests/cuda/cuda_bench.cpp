@@ -6,72 +6,21 @@
 // gradient) likewise ("bwd", "bwd-tok").
 //
 //   cuda_bench [T ...]        default: 1 512 4096
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <random>
 #include <vector>
 
+#include "bench_support.h"
 #include "gdn/gdn.h"
 
 namespace {
 
+using namespace gdn_bench;
+
 constexpr int Sk = 128, Sv = 128, Hk = 16, Hv = 48, B = 1;
 constexpr int64_t conv_dim = 2 * Hk * Sk + Hv * Sv;
 
-void check(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "cuda_bench: %s: %s\n", what, cudaGetErrorString(e));
-        std::exit(2);
-    }
-}
-
-float *device_random(size_t count, float lo, float hi, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> host(count);
-    for (float &x : host) x = u(rng);
-    float *d = nullptr;
-    check(cudaMalloc(reinterpret_cast<void **>(&d), count * sizeof(float)), "cudaMalloc");
-    check(cudaMemcpy(d, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-    return d;
-}
-
 gdn_tensor tensor(float *data, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, int64_t row_stride, int64_t token_stride) {
-    gdn_tensor t{};
-    t.data = data;
-    t.type = GDN_TYPE_F32;
-    t.ne[0] = ne0, t.ne[1] = ne1, t.ne[2] = ne2, t.ne[3] = ne3;
-    t.nb[0] = 4, t.nb[1] = 4 * row_stride, t.nb[2] = 4 * token_stride, t.nb[3] = 4 * token_stride * ne2;
-    return t;
-}
-
-template <class Fn>
-double median_ms(Fn &&call) {
-    cudaEvent_t start, stop;
-    check(cudaEventCreate(&start), "cudaEventCreate");
-    check(cudaEventCreate(&stop), "cudaEventCreate");
-    for (int i = 0; i < 3; ++i) call();  // warm-up: workspace, caches, clocks
-    check(cudaDeviceSynchronize(), "warm-up");
-    std::vector<double> times;
-    double total = 0;
-    while ((total < 300.0 || times.size() < 5) && times.size() < 2000) {
-        check(cudaEventRecord(start), "cudaEventRecord");
-        call();
-        check(cudaEventRecord(stop), "cudaEventRecord");
-        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-        times.push_back(ms);
-        total += ms;
-    }
-    std::sort(times.begin(), times.end());
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    return times[times.size() / 2];
+    return gdn_bench::tensor(data, GDN_TYPE_F32, 4, ne0, ne1, ne2, ne3, row_stride, token_stride);
 }
 
 }  // namespace

@@ -52,19 +52,32 @@ TEST(CudaContract, HostPointersAreRefusedAndOutputsUntouched) {
     for (float x : out.buffer->host) ASSERT_EQ(x, -7.0f);
 }
 
-TEST(CudaContract, OnlyF32IsTaken) {
+// SPEC 3.1: states are F32 in every call but an F64 one (the C API refuses a BF16 state), and
+// the F64 call is ref's (the cuda backend refuses it by name); nothing is written either way.
+TEST(CudaContract, BF16StatesAndF64CallsAreRefused) {
     GDN_SKIP_WITHOUT_CUDA();
     const Problem p = make_problem(small_case());
     Context gpu = make_context("cuda");
-    gdn_problem prob = p.device();
-    for (gdn_tensor *t : {&prob.q, &prob.k, &prob.v, &prob.g, &prob.beta, &prob.state}) t->type = GDN_TYPE_BF16;
     Tensor out = make_tensor(16, 2, 6, 1, -7.0f);
-    gdn_tensor o = out.device;
-    o.type = GDN_TYPE_BF16;
-    o.nb[1] = 2 * 16, o.nb[2] = 2 * 16 * 2, o.nb[3] = 2 * 16 * 2 * 6;
-    o.nb[0] = 2;
-    for (gdn_tensor *t : {&prob.q, &prob.k, &prob.v, &prob.g, &prob.beta, &prob.state}) t->nb[0] = 2;
+    const auto as = [](gdn_tensor t, gdn_type type, int64_t bytes) {
+        t.type = type;
+        for (int d = 0; d < 4; ++d) t.nb[d] = t.nb[d] / 4 * bytes;
+        return t;
+    };
+    gdn_problem prob = p.device();
+    for (gdn_tensor *t : {&prob.q, &prob.k, &prob.v, &prob.g, &prob.beta, &prob.state}) *t = as(*t, GDN_TYPE_BF16, 2);
+    gdn_tensor o = as(out.device, GDN_TYPE_BF16, 2);
     EXPECT_EQ(gdn_forward(gpu.get(), &prob, &o, nullptr), GDN_ERROR_TYPE) << gdn_last_error(gpu.get());
+    EXPECT_NE(std::string(gdn_last_error(gpu.get())).find("state"), std::string::npos) << gdn_last_error(gpu.get());
+
+    // F64 views of the same buffers (wider than the data: never read, the call is refused first).
+    prob = p.device();
+    for (gdn_tensor *t : {&prob.q, &prob.k, &prob.v, &prob.g, &prob.beta, &prob.state}) *t = as(*t, GDN_TYPE_F64, 8);
+    o = as(out.device, GDN_TYPE_F64, 8);
+    EXPECT_EQ(gdn_forward(gpu.get(), &prob, &o, nullptr), GDN_ERROR_TYPE) << gdn_last_error(gpu.get());
+    EXPECT_NE(std::string(gdn_last_error(gpu.get())).find("F64"), std::string::npos) << gdn_last_error(gpu.get());
+    out.buffer->download();
+    for (float x : out.buffer->host) ASSERT_EQ(x, -7.0f);
 }
 
 TEST(CudaContract, HeadSizesAbove256AreUnsupported) {

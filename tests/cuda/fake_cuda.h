@@ -53,12 +53,14 @@ inline thread_local Index3 thread_index, block_index;
 inline Index3 block_dim, grid_dim;
 
 struct Block {
-    explicit Block(int threads) : sync(threads), exchange(threads) {
+    explicit Block(int threads) : sync(threads), exchange(threads), mma_exchange(threads * kMmaWords) {
         for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
     }
     std::barrier<> sync;
     std::vector<std::unique_ptr<std::barrier<>>> warps;
     std::vector<float> exchange;
+    static constexpr int kMmaWords = 10;  // a lane's registers of one mma: a[4], b[2], c[4]
+    std::vector<uint32_t> mma_exchange;
 };
 inline thread_local Block *current_block = nullptr;
 
@@ -231,3 +233,53 @@ inline void warp_barrier() {
 }
 
 }  // namespace nvcuda::wmma
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp, lane by lane as the GPU
+// holds it: every lane hands in its fragment registers (PTX's documented layouts, which
+// tile_ops.cuh builds; so its indexing is what this checks), the warp meets, and each lane
+// assembles the whole A (16x16), B (16x8) and C and computes its own four elements of D.
+// Arithmetic: a product of two bf16 values is exact in F32; the sum is taken in F32, rounded
+// after each addition, starting from C and in increasing k. PTX leaves the order and internal
+// precision of the tensor core's sum unspecified, so a GPU may differ from this in the last bits
+// of F32 (never by more than F32 roundoff of the 16-term sum); tests of the BF16 precision use
+// bounds derived from bf16 and F32 roundoff, not bit equality with a GPU.
+namespace gdn::cuda::ptx {
+inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    auto &block = *::fake_cuda::current_block;
+    constexpr int kWords = ::fake_cuda::Block::kMmaWords;
+    const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
+    uint32_t *slots = block.mma_exchange.data() + warp * 32 * kWords;
+    uint32_t *mine = slots + lane * kWords;
+    for (int i = 0; i < 4; ++i) mine[i] = a[i];
+    for (int i = 0; i < 2; ++i) mine[4 + i] = b[i];
+    for (int i = 0; i < 4; ++i) mine[6 + i] = __float_as_uint(d[i]);
+    block.warps[warp]->arrive_and_wait();
+    const auto bf16 = [](uint32_t pair, int which) { return __uint_as_float((which == 0 ? pair << 16 : pair & 0xffff0000u)); };
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const uint32_t *r = slots + l * kWords;
+        const int g = l / 4, q = l % 4;
+        for (int e = 0; e < 2; ++e) {
+            A[g][2 * q + e] = bf16(r[0], e);
+            A[g + 8][2 * q + e] = bf16(r[1], e);
+            A[g][2 * q + 8 + e] = bf16(r[2], e);
+            A[g + 8][2 * q + 8 + e] = bf16(r[3], e);
+            B[2 * q + e][g] = bf16(r[4], e);
+            B[2 * q + 8 + e][g] = bf16(r[5], e);
+            C[g][2 * q + e] = __uint_as_float(r[6 + e]);
+            C[g + 8][2 * q + e] = __uint_as_float(r[8 + e]);
+        }
+    }
+    block.warps[warp]->arrive_and_wait();  // every lane has read the slots before any lane's next mma writes them
+    const int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int m = g + 8 * (i / 2), n = 2 * q + i % 2;
+        float sum = C[m][n];
+        for (int k = 0; k < 16; ++k) {
+            const volatile float product = A[m][k] * B[k][n];  // exact; volatile: no contraction, one rounding per addition
+            sum += product;
+        }
+        d[i] = sum;
+    }
+}
+}  // namespace gdn::cuda::ptx

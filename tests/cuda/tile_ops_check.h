@@ -20,10 +20,11 @@ constexpr int a_at = 0, b_at = a_at + M * lda, bt_at = b_at + K * ldb, c_at = bt
               shared_floats = m_chunk_at + n_chunk * ldm_chunk;
 
 // One block: loads A, B (row-major) and B^T (so B col-major), L; computes C = A B (row-major B),
-// C2 = C + A B (col-major B), C3 = A B from A stored transposed (col-major A), and the
-// inverses; copies C, C2, C3, X and X_chunk out.
+// C2 = C + A B (col-major B), C3 = A B from A stored transposed (col-major A), the products in
+// 3xTF32 or (bf16_products) with bf16 operands, and the inverses; copies C, C2, C3, X and
+// X_chunk out.
 __device__ inline void run_checks(float *smem, const float *a, const float *b, const float *l, float *c_out, float *c2_out,
-                                  float *c3_out, float *x_out, float *x_chunk_out) {
+                                  float *c3_out, float *x_out, float *x_chunk_out, bool bf16_products) {
     namespace tile = gdn::cuda::tile;
     for (int i = threadIdx.x; i < M * K; i += blockDim.x) {
         smem[a_at + (i / K) * lda + i % K] = a[i];
@@ -37,12 +38,12 @@ __device__ inline void run_checks(float *smem, const float *a, const float *b, c
     for (int i = threadIdx.x; i < n_chunk * n_chunk; i += blockDim.x)
         smem[m_chunk_at + (i / n_chunk) * ldm_chunk + i % n_chunk] = l[(i / n_chunk) * n + i % n_chunk];
     __syncthreads();
-    tile::block_gemm<tile::row_major, tile::row_major>(smem + c_at, ldc, smem + a_at, lda, smem + b_at, ldb, M, N, K, false);
+    tile::block_gemm<tile::row_major, tile::row_major>(smem + c_at, ldc, smem + a_at, lda, smem + b_at, ldb, M, N, K, false, bf16_products);
     for (int i = threadIdx.x; i < M * N; i += blockDim.x) smem[c2_at + (i / N) * ldc + i % N] = smem[c_at + (i / N) * ldc + i % N];
     __syncthreads();
-    tile::block_gemm<tile::row_major, tile::col_major>(smem + c2_at, ldc, smem + a_at, lda, smem + bt_at, ldb_t, M, N, K, true);
+    tile::block_gemm<tile::row_major, tile::col_major>(smem + c2_at, ldc, smem + a_at, lda, smem + bt_at, ldb_t, M, N, K, true, bf16_products);
     // C3 = A^T^T B with A stored transposed (col-major A).
-    tile::block_gemm<tile::col_major, tile::row_major>(smem + c3_at, ldc, smem + at_at, ldat, smem + b_at, ldb, M, N, K, false);
+    tile::block_gemm<tile::col_major, tile::row_major>(smem + c3_at, ldc, smem + at_at, ldat, smem + b_at, ldb, M, N, K, false, bf16_products);
     tile::block_unit_lower_inverse(smem + m_at, ldm, n);
     tile::block_unit_lower_inverse(smem + m_chunk_at, ldm_chunk, n_chunk);
     for (int i = threadIdx.x; i < M * N; i += blockDim.x) {

@@ -8,9 +8,9 @@ namespace {
 using namespace gdn_tile_check;
 
 __global__ void checks_kernel(const float *a, const float *b, const float *l, float *c, float *c2, float *c3, float *x,
-                              float *x_chunk) {
+                              float *x_chunk, bool bf16_products) {
     extern __shared__ __align__(32) float smem[];
-    run_checks(smem, a, b, l, c, c2, c3, x, x_chunk);
+    run_checks(smem, a, b, l, c, c2, c3, x, x_chunk, bf16_products);
 }
 
 template <class T>
@@ -21,7 +21,7 @@ T *to_device(const std::vector<T> &v) {
     return p;
 }
 
-TEST(TileOpsGpu, GemmAndTriangularInverse) {
+void run_gpu_checks(bool bf16_products) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         cudaGetLastError();
@@ -33,7 +33,7 @@ TEST(TileOpsGpu, GemmAndTriangularInverse) {
     float *dc = to_device(c), *dc2 = to_device(c2), *dc3 = to_device(c3), *dx = to_device(x), *dx_chunk = to_device(x_chunk);
     const size_t shared = sizeof(float) * shared_floats;
     ASSERT_EQ(cudaFuncSetAttribute(checks_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)), cudaSuccess);
-    checks_kernel<<<1, 128, shared>>>(a, b, l, dc, dc2, dc3, dx, dx_chunk);
+    checks_kernel<<<1, 128, shared>>>(a, b, l, dc, dc2, dc3, dx, dx_chunk, bf16_products);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost);
@@ -41,8 +41,14 @@ TEST(TileOpsGpu, GemmAndTriangularInverse) {
     cudaMemcpy(c3.data(), dc3, c3.size() * sizeof(float), cudaMemcpyDeviceToHost);
     cudaMemcpy(x.data(), dx, x.size() * sizeof(float), cudaMemcpyDeviceToHost);
     cudaMemcpy(x_chunk.data(), dx_chunk, x_chunk.size() * sizeof(float), cudaMemcpyDeviceToHost);
-    expect_checks_pass(in, c, c2, c3, x, x_chunk);
+    expect_checks_pass(in, c, c2, c3, x, x_chunk, bf16_products);
     for (float *p : {a, b, l, dc, dc2, dc3, dx, dx_chunk}) cudaFree(p);
 }
+
+TEST(TileOpsGpu, GemmAndTriangularInverse) { run_gpu_checks(false); }
+
+// The bf16 mma's fragments as PTX documents them, and its sums within F32 roundoff of the
+// bf16-rounded operands' products.
+TEST(TileOpsGpu, Bf16GemmAndTriangularInverse) { run_gpu_checks(true); }
 
 }  // namespace

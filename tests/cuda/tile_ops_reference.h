@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "math/elements.h"
 #include "tile_ops_check.h"
 
 namespace gdn_tile_check {
@@ -46,24 +47,41 @@ inline void expect_inverse(const std::vector<float> &l, int ld_l, const std::vec
     EXPECT_LT(residual, 1e-5) << "(I + L) X - I at size " << size;
 }
 
-// C = A B to about F32 accuracy (3xTF32: far below TF32's 2^-11), C2 = 2 A B; X (I + L) = I.
-inline void expect_checks_pass(const Inputs &in, const std::vector<float> &c, const std::vector<float> &c2,
-                               const std::vector<float> &c3, const std::vector<float> &x, const std::vector<float> &x_chunk) {
-    double worst = 0, worst2 = 0, worst3 = 0;
+// A value as a bf16 mma operand sees it: rounded to bf16, to nearest with ties to even.
+inline double bf16_operand(float x) { return gdn::bf16_to_float(gdn::float_to_bf16(x)); }
+
+// The largest error of C (want: `times` A B) relative to sum_k |A_ik B_kj|, against the product
+// of the operands as given (bf16_operands false) or rounded to bf16.
+inline double worst_relative_error(const Inputs &in, const std::vector<float> &c, double times, bool bf16_operands) {
+    double worst = 0;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
             double ref = 0, mag = 0;
             for (int k = 0; k < K; ++k) {
-                ref += double(in.a[i * K + k]) * in.b[k * N + j];
-                mag += std::fabs(double(in.a[i * K + k]) * in.b[k * N + j]);
+                const double a = bf16_operands ? bf16_operand(in.a[i * K + k]) : in.a[i * K + k];
+                const double b = bf16_operands ? bf16_operand(in.b[k * N + j]) : in.b[k * N + j];
+                ref += a * b;
+                mag += std::fabs(a * b);
             }
-            worst = std::max(worst, std::fabs(c[i * N + j] - ref) / mag);
-            worst2 = std::max(worst2, std::fabs(c2[i * N + j] - 2 * ref) / (2 * mag));
-            worst3 = std::max(worst3, std::fabs(c3[i * N + j] - ref) / mag);
+            worst = std::max(worst, std::fabs(c[i * N + j] - times * ref) / (times * mag));
         }
-    EXPECT_LT(worst, 1e-6) << "C = A B (row-major B): relative error";
-    EXPECT_LT(worst2, 1e-6) << "C += A B (col-major B): relative error";
-    EXPECT_LT(worst3, 1e-6) << "C = A B (col-major A): relative error";
+    return worst;
+}
+
+// EXACT (3xTF32): C = A B to about F32 accuracy (far below TF32's 2^-11), C2 = 2 A B, C3 = A B.
+// BF16 products: the same of the bf16-rounded operands, whose products are exact in F32, to
+// the roundoff of an F32 sum of K + 1 terms in any order, each addition erring by at most 2^-23
+// of the sum's magnitude (allowing truncation, as the tensor core's internal order and rounding
+// are not documented): (K + 2) 2^-23 relative to sum |a b|. And the rounding visibly happened:
+// against the operands as given, the error is of bf16's size. X (I + L) = I in both.
+inline void expect_checks_pass(const Inputs &in, const std::vector<float> &c, const std::vector<float> &c2,
+                               const std::vector<float> &c3, const std::vector<float> &x, const std::vector<float> &x_chunk,
+                               bool bf16_products) {
+    const double bound = bf16_products ? (K + 2) * std::ldexp(1.0, -23) : 1e-6;
+    EXPECT_LT(worst_relative_error(in, c, 1, bf16_products), bound) << "C = A B (row-major B): relative error";
+    EXPECT_LT(worst_relative_error(in, c2, 2, bf16_products), bound) << "C += A B (col-major B): relative error";
+    EXPECT_LT(worst_relative_error(in, c3, 1, bf16_products), bound) << "C = A B (col-major A): relative error";
+    if (bf16_products) EXPECT_GT(worst_relative_error(in, c, 1, false), 1e-4) << "bf16 products as accurate as F32: not rounded?";
     expect_inverse(in.l, n, x, n);
     expect_inverse(in.l, n, x_chunk, n_chunk);
 }
