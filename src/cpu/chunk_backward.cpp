@@ -129,7 +129,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // which leaves dV = beta o Y in nby; then nby = -dV.
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.y.data(), Sv, pack);
     const GatedOperand kl = gated_rows(c, Gated::Kl, L);
-    c.product(L, Sv, Sk, 1.0f, kl.a, rows(dsl, Sv), true, w.y.data(), Sv, kl.scales);
+    c.product(L, Sv, Sk, 1.0f, kl, rows(dsl, Sv), true, w.y.data(), Sv);
     solve_adjoint(L, Sv, c.beta.data(), c.m(L), w.y.data(), nby, pack);
     if (a.dv) store_token_rows(nby, L, Sv, *a.dv, unit.h, t0, unit.b);
     cpu::scale(-1.0f, nby, L * Sv);
@@ -137,7 +137,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
     else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
     const GatedOperand qkg_t = gated_transposed(c, Gated::QKg, L);
-    c.product(Sk, Sv, 2 * L, 1.0f, qkg_t.a, rows(w.doy.data(), Sv), true, ds0, Sv, qkg_t.scales);
+    c.product(Sk, Sv, 2 * L, 1.0f, qkg_t, rows(w.doy.data(), Sv), true, ds0, Sv);
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T (lower triangles).
     c.product(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk);
     c.product(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk);
@@ -244,8 +244,13 @@ void finish_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, int64_t t
                 lhs[r * 2 * L + s] = w.gp[s * L + r];
                 lhs[r * 2 * L + L + s] = w.gm[r * L + s] + w.gm[s * L + r];
             }
-        c.product(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk);
-        c.product(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk);
+        if (c.bf16_rows()) {  // K and [Q; K] from their bf16 rows
+            c.product_bf16(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k_bf16(L), Sk), 1.0f, w.dq.data(), Sk);
+            c.product_bf16(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q_bf16(), Sk), 1.0f, w.dk.data(), Sk);
+        } else {
+            c.product(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk);
+            c.product(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk);
+        }
     }
     if (a.dq) store_token_rows(w.dq.data(), L, Sk, *a.dq, kh, t0, bq);
     if (a.dk) store_token_rows(w.dk.data(), L, Sk, *a.dk, kh, t0, bq);

@@ -57,6 +57,8 @@ int64_t forward_state_panel(int64_t Sv, bool bf16_products);
 // triangular solves (solve_deltas, solve_adjoint), the trmm's of P and the gate sums stay F32.
 bool bf16_products(gdn_precision precision);
 
+struct GatedOperand;
+
 struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
@@ -91,6 +93,10 @@ struct ChunkScratch {
     // gemm_bf16 with this packing scratch (sized for every one of them: empty when not in it).
     bool bf16 = false;
     std::vector<uint8_t> bf16_pack;
+    // bf16 mode, GDA: the group's Q and K rows rounded to bf16 once per chunk (laid out as
+    // qk_rows), which its products read through MatBf16 views instead of converting them again
+    // for every unit and product (load_group_rows).
+    std::vector<uint16_t> qk_bf16;
 
     void resize(const Dims &d, int64_t max_chunk);
 
@@ -101,6 +107,19 @@ struct ChunkScratch {
         if (bf16) gemm_bf16(m, n, k, alpha, a, b, c_scale, c, ldc, bf16_pack.data(), scales);
         else gemm(m, n, k, alpha, a, b, c_scale, c, ldc, pack.data(), scales);
     }
+    // The same for an A of gated_rows / gated_transposed (its row scales included), read from the
+    // bf16 rows where the mode keeps them.
+    void product(int64_t m, int64_t n, int64_t k, float alpha, const GatedOperand &a, Mat b, float c_scale,
+                 float *c, int64_t ldc);
+    // A product whose operands (one or both) are the bf16 rows: bf16 mode only.
+    template <class A, class B>
+    void product_bf16(int64_t m, int64_t n, int64_t k, float alpha, A a, B b, float c_scale, float *c, int64_t ldc) {
+        gemm_bf16(m, n, k, alpha, a, b, c_scale, c, ldc, bf16_pack.data());
+    }
+    // Whether the group's Q and K rows are kept in bf16 (qk_bf16).
+    bool bf16_rows() const { return bf16 && !kda; }
+    const uint16_t *q_bf16() const { return qk_bf16.data(); }
+    const uint16_t *k_bf16(int64_t L) const { return qk_bf16.data() + L * Sk; }
     uint64_t bytes() const;
 
     float *q() { return qk_rows.data(); }
@@ -127,6 +146,7 @@ enum class Gated { Qg, Kg, Kl, QKg };
 struct GatedOperand {
     Mat a;
     RowScales scales;
+    MatBf16 a_bf16{nullptr, 0, 0};  // the same rows in bf16 (ChunkScratch::bf16_rows), else none
 };
 GatedOperand gated_rows(ChunkScratch &w, Gated x, int64_t L);
 GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L);
@@ -140,7 +160,8 @@ constexpr int64_t rows_ahead = 6;
 // from t's element type (cpu/typed_rows.h), asking for the rows rows_ahead further while it copies.
 void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst);
 
-// Loads K rows t0 .. t0+L-1 of the group, and its Q rows when with_q.
+// Loads K rows t0 .. t0+L-1 of the group, and its Q rows when with_q (and their bf16 copies:
+// ChunkScratch::bf16_rows).
 void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                      int64_t L, bool with_q, ChunkScratch &w);
 
