@@ -6,7 +6,7 @@
 //   within 2^-24 of exact), forward (out, states) and all six gradients, GDA and KDA, grouped
 //   heads, batched sequences with snapshots, packed sequences on an in-place pool: within the
 //   limits derived below from bf16's unit roundoff.
-// - The same bits on 1 and 2 threads and on repeated calls.
+// - The same bits on 1 and 2 threads, on repeated calls and in the caller's threads (shares).
 // - With the AMX kernel switched off (gemm_bf16_force_isa), the bits of precision = EXACT.
 //
 // The limits (the definition of gdn-ops test's narrow cases, docs/RELIABILITY.md "Limits of
@@ -185,25 +185,56 @@ INSTANTIATE_TEST_SUITE_P(Cpu, CpuBf16ProductsAgainstRef, ::testing::Combine(::te
                          });
 
 // The same bits on 1 and 2 threads and on a repeated call (the AMX kernel is deterministic per
-// call, and the work is split the same way whatever the thread count).
+// call, and the work is split the same way whatever the thread count), on every backward
+// schedule: two groups (whole groups), one group (its units split over 2 threads, whole on 1),
+// three groups (a tail on 2 threads), packed sequences.
 TEST(CpuBf16Products, SameBitsOnEveryThreadCountAndRun) {
     for (bool kda : {false, true})
-        for (bool packed : {false, true}) {
-            const Spec s = packed ? serving(kda) : model_like(kda);
+        for (int shape = 0; shape < 4; ++shape) {
+            const bool packed = shape == 3;
+            Spec s = packed ? serving(kda) : model_like(kda);
+            if (shape == 1) s.B = s.Bq = 1;
+            if (shape == 2) s.B = s.Bq = 1, s.Hk = 3, s.Hv = 6;
             Context one("cpu", 1), two("cpu", 2);
             const Call a = build(s, kBf16, kBf16, 51), b = build(s, kBf16, kBf16, 51), c = build(s, kBf16, kBf16, 51);
             run_forward(one.ctx, a, GDN_PRECISION_BF16);
             run_forward(two.ctx, b, GDN_PRECISION_BF16);
             run_forward(two.ctx, c, GDN_PRECISION_BF16);
-            EXPECT_TRUE(same_bits(a.out, b.out) && same_bits(b.out, c.out)) << kda << packed;
-            EXPECT_TRUE(same_bits(a.states, b.states) && same_bits(b.states, c.states)) << kda << packed;
+            EXPECT_TRUE(same_bits(a.out, b.out) && same_bits(b.out, c.out)) << kda << shape;
+            EXPECT_TRUE(same_bits(a.states, b.states) && same_bits(b.states, c.states)) << kda << shape;
             const Call d = build(s, kBf16, kBf16, 52), e = build(s, kBf16, kBf16, 52), f = build(s, kBf16, kBf16, 52);
             run_backward(one.ctx, d, GDN_PRECISION_BF16);
             run_backward(two.ctx, e, GDN_PRECISION_BF16);
             run_backward(two.ctx, f, GDN_PRECISION_BF16);
             for (auto m : {&Call::dq, &Call::dk, &Call::dv, &Call::dg, &Call::dbeta, &Call::ds0})
-                EXPECT_TRUE(same_bits(d.*m, e.*m) && same_bits(e.*m, f.*m)) << kda << packed;
+                EXPECT_TRUE(same_bits(d.*m, e.*m) && same_bits(e.*m, f.*m)) << kda << shape;
         }
+}
+
+// The caller's threads (gdn_forward_share / gdn_backward_share) give the pooled call's bits.
+TEST(CpuBf16Products, SharesGiveThePooledCallsBits) {
+    for (bool kda : {false, true}) {
+        const Spec s = model_like(kda);
+        Context pooled("cpu", 2), shares("cpu", 1);
+        const Call whole = build(s, kBf16, kBf16, 61), parts = build(s, kBf16, kBf16, 61);
+        run_forward(pooled.ctx, whole, GDN_PRECISION_BF16);
+        gdn_problem p = parts.problem();
+        p.precision = GDN_PRECISION_BF16;
+        for (int ith = 0; ith < 3; ++ith)
+            ASSERT_EQ(gdn_forward_share(shares.ctx, &p, &parts.out.t, &parts.states.t, ith, 3), GDN_OK) << gdn_last_error(shares.ctx);
+        EXPECT_TRUE(same_bits(whole.out, parts.out));
+        EXPECT_TRUE(same_bits(whole.states, parts.states));
+        const Call whole_b = build(s, kBf16, kBf16, 62), parts_b = build(s, kBf16, kBf16, 62);
+        run_backward(pooled.ctx, whole_b, GDN_PRECISION_BF16);
+        gdn_problem pb = parts_b.problem();
+        pb.precision = GDN_PRECISION_BF16;
+        const gdn_grads grads = parts_b.grads();
+        for (int ith = 0; ith < 3; ++ith)
+            ASSERT_EQ(gdn_backward_share(shares.ctx, &pb, &parts_b.d_out.t, &parts_b.d_states.t, &grads, ith, 3), GDN_OK)
+                << gdn_last_error(shares.ctx);
+        for (auto m : {&Call::dq, &Call::dk, &Call::dv, &Call::dg, &Call::dbeta, &Call::ds0})
+            EXPECT_TRUE(same_bits(whole_b.*m, parts_b.*m)) << kda;
+    }
 }
 
 // Without AMX (another kernel forced), precision = BF16 gives EXACT's bits.
