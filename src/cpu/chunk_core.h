@@ -48,9 +48,10 @@ struct StatePanels {
 // all of S0's columns makes fewer, larger AMX calls).
 int64_t forward_state_panel(int64_t Sv, bool bf16_products);
 
-// Whether a call of this precision runs its chunk products on gemm_bf16 (bf16 operands, F32 sums): precision = BF16
-// on a host whose bf16 kernel is AMX (gemm_bf16_isa() == "amx"), the only kernel measured faster
-// than the F32 gemm here (docs/PERF.md); any other call, or host, computes as EXACT. Which
+// Whether a call of this precision runs its chunk products on gemm_bf16 (bf16 operands, F32
+// sums): precision = BF16 on a host whose bf16 kernel is AMX (gemm_bf16_isa() == "amx"), the only
+// kernel measured faster than the F32 gemm (docs/PERF.md); any other call, or host, computes as
+// EXACT. Asked as each call sizes its scratch (a kernel forced between calls counts). Which
 // products: the grams [Q; K] K^T (KDA: [Qg; Kg] Kinv^T), [Qg; Kg] S0, the state update Kl^T Dm,
 // and the backward's Kl dSL, [Qg; Kg]^T [dOc; -dV], [dOc; -dV] S0^T, Dm dSL^T, [dOc; -dV] Dm^T
 // and the group's dq, dk products (KDA: the [dP; dM] products with Kinv, [Qg; Kg]). The
