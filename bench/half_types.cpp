@@ -12,7 +12,8 @@
 //
 //   half_types [--tokens=4096] [--threads=2] [--rounds=7] [--type=bf16|f16] [--kda=0|1]
 //              [--hk=16] [--hv=48] [--head=128] [--accuracy=0|1] [--only=i]
-// --only=i runs the i-th call alone (0 F32, 1 half EXACT, 2 bf16 products), for a profiler.
+// --only=i runs the i-th call alone (0 F32, 1 half EXACT, 2 bf16 products), for a profiler;
+// --op=forward or --op=backward only that operation.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -223,7 +224,9 @@ int main(int argc, char **argv) {
     const int64_t only = flag(argc, argv, "--only", -1);
     if (only >= 0 && only < static_cast<int64_t>(variants.size())) variants = {variants[only]};
     const size_t n = variants.size();
+    const std::string op = text_flag(argc, argv, "--op", "both");
     for (bool backward : {false, true}) {
+        if (op == (backward ? "forward" : "backward")) continue;
         for (const Variant &v : variants) seconds(ctx, *v.call, backward, v.precision);  // warm-up: workspace, page faults
         std::vector<std::vector<double>> times(n), speedup(n);
         for (int64_t r = 0; r < rounds; ++r) {

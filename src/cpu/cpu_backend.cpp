@@ -314,7 +314,7 @@ private:
     }
 
     int64_t chunk_length(const Dims &d, bool backward) const {
-        const int64_t c = chunk_size_ > 1 ? chunk_size_ : cpu::default_chunk(backward, d.gate_width != 1);
+        const int64_t c = chunk_size_ > 1 ? chunk_size_ : cpu::default_chunk(backward, d.gate_width != 1, cpu::bf16_products(d.precision));
         return std::min(c, d.T);
     }
 
