@@ -82,15 +82,14 @@ void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
 void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
     const float *Qg = c.qg(), *Kg = c.kg(L), *Kinv = c.kinv.data();
-    float *pack = c.pack.data();
     for (int64_t r = 0; r < L; ++r) {
         w.dp_diag[r] = dP[r * L + r];
         dP[r * L + r] = 0.0f;
     }
     if (L > 1) {
         float *dpm_kinv = w.dpm_kinv.data();
-        gemm(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk, pack);
-        gemm(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), false, dpm_kinv, Sk, pack);
+        c.product(L, Sk, 2 * L, 1.0f, transposed(w.dpm.data(), L), rows(c.qkg.data(), Sk), false, w.dkinv.data(), Sk);
+        c.product(2 * L, Sk, L, 1.0f, rows(w.dpm.data(), L), rows(Kinv, Sk), false, dpm_kinv, Sk);
         axpy(1.0f, dpm_kinv, w.dqkg.data(), 2 * L * Sk);  // the bits of the product added in place
         kda_pair_sums(L, Sk, Qg, Kg, Kinv, dpm_kinv, dpm_kinv + L * Sk, w.dkinv.data(), w.pair.data());
     }
@@ -130,7 +129,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // which leaves dV = beta o Y in nby; then nby = -dV.
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.y.data(), Sv, pack);
     const GatedOperand kl = gated_rows(c, Gated::Kl, L);
-    gemm(L, Sv, Sk, 1.0f, kl.a, rows(dsl, Sv), true, w.y.data(), Sv, pack, kl.scales);
+    c.product(L, Sv, Sk, 1.0f, kl, rows(dsl, Sv), true, w.y.data(), Sv);
     solve_adjoint(L, Sv, c.beta.data(), c.m(L), w.y.data(), nby, pack);
     if (a.dv) store_token_rows(nby, L, Sv, *a.dv, unit.h, t0, unit.b);
     cpu::scale(-1.0f, nby, L * Sv);
@@ -138,11 +137,11 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
     else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
     const GatedOperand qkg_t = gated_transposed(c, Gated::QKg, L);
-    gemm(Sk, Sv, 2 * L, 1.0f, qkg_t.a, rows(w.doy.data(), Sv), true, ds0, Sv, pack, qkg_t.scales);
+    c.product(Sk, Sv, 2 * L, 1.0f, qkg_t, rows(w.doy.data(), Sv), true, ds0, Sv);
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T (lower triangles).
-    gemm(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk, pack);
-    gemm(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk, pack);
-    lower_product_rows(L, 2 * L, Sv, w.doy.data(), Dm, w.dpm.data(), pack);
+    c.product(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk);
+    c.product(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk);
+    lower_product_rows(L, 2 * L, Sv, w.doy.data(), Dm, w.dpm.data(), c);
     // Zeros above the triangles (lower_product_rows leaves the diagonal blocks' upper parts, and
     // writes nothing above them): dP keeps its diagonal, dM's is zero too.
     float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
@@ -239,14 +238,19 @@ void finish_group_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, int64_t t
     const int64_t Sk = c.Sk;
     if (!c.kda) {
         // dQ += GP K;  dK += [GP^T, GM + GM^T] [Q; K] (one product over 2L).
-        float *pack = c.pack.data(), *lhs = w.gm_pair.data();
+        float *lhs = w.gm_pair.data();
         for (int64_t r = 0; r < L; ++r)
             for (int64_t s = 0; s < L; ++s) {
                 lhs[r * 2 * L + s] = w.gp[s * L + r];
                 lhs[r * 2 * L + L + s] = w.gm[r * L + s] + w.gm[s * L + r];
             }
-        gemm(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk, pack);
-        gemm(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk, pack);
+        if (c.bf16_rows()) {  // K and [Q; K] from their bf16 rows
+            c.product_bf16(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k_bf16(L), Sk), 1.0f, w.dq.data(), Sk);
+            c.product_bf16(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q_bf16(), Sk), 1.0f, w.dk.data(), Sk);
+        } else {
+            c.product(L, Sk, L, 1.0f, rows(w.gp.data(), L), rows(c.k(L), Sk), true, w.dq.data(), Sk);
+            c.product(L, Sk, 2 * L, 1.0f, rows(lhs, 2 * L), rows(c.q(), Sk), true, w.dk.data(), Sk);
+        }
     }
     if (a.dq) store_token_rows(w.dq.data(), L, Sk, *a.dq, kh, t0, bq);
     if (a.dk) store_token_rows(w.dk.data(), L, Sk, *a.dk, kh, t0, bq);

@@ -40,6 +40,15 @@ void ChunkScratch::resize(const Dims &d, int64_t max_chunk) {
     out_r_factors.resize(2 * C);
     dm.resize(C * Sv);
     pack.resize(gemm_pack_floats(std::max({Sk, Sv, 2 * C})));
+    // Every bf16 product has m <= max(2C, Sk, Sv) rows of A and k <= max(Sk, Sv, 2C).
+    bf16 = bf16_products(d.precision);
+    const int64_t widest = std::max({Sk, Sv, 2 * C});
+    bf16_pack.resize(bf16 ? static_cast<size_t>(gemm_bf16_pack_bytes(widest, widest)) : 0);
+    qk_bf16.resize(bf16_rows() ? 2 * C * Sk : 0);
+}
+
+bool bf16_products(gdn_precision precision) {
+    return precision == GDN_PRECISION_BF16 && std::strcmp(gemm_bf16_isa(), "amx") == 0;
 }
 
 uint64_t ChunkScratch::bytes() const {
@@ -47,10 +56,11 @@ uint64_t ChunkScratch::bytes() const {
     for (const auto *vec : {&qk_rows, &gram, &beta, &e, &e_twice, &f, &einv, &gl, &gate_row, &gam_mat, &qkg, &kl, &kinv, &pm,
                             &out_r, &out_r_factors, &dm, &pack})
         n += vec->size() * sizeof(float);
-    return n + (gam.size() + exp_arg.size()) * sizeof(double);
+    return n + (gam.size() + exp_arg.size()) * sizeof(double) + bf16_pack.size() + qk_bf16.size() * sizeof(uint16_t);
 }
 
-int64_t forward_state_panel(int64_t Sv) {
+int64_t forward_state_panel(int64_t Sv, bool bf16_products) {
+    if (bf16_products) return Sv;
     const int64_t panel = gemm_wide_panel_width();
     return Sv % panel == 0 ? panel : Sv;
 }
@@ -67,9 +77,20 @@ void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, in
                      int64_t L, bool with_q, ChunkScratch &w) {
     if (with_q) gather_rows(q, kh, t0, L, bq, d.Sk, w.q());
     gather_rows(k, kh, t0, L, bq, d.Sk, w.k(L));
+    if (w.bf16_rows()) {
+        const int64_t first = with_q ? 0 : L * d.Sk;  // Q's rows, then K's
+        round_to_bf16(w.qk_rows.data() + first, w.qk_bf16.data() + first, 2 * L * d.Sk - first);
+    }
 }
 
-void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, float *pack) {
+void ChunkScratch::product(int64_t m, int64_t n, int64_t k, float alpha, const GatedOperand &a, Mat b, float c_scale,
+                           float *c, int64_t ldc) {
+    if (a.a_bf16.p != nullptr) gemm_bf16(m, n, k, alpha, a.a_bf16, b, c_scale, c, ldc, bf16_pack.data(), a.scales);
+    else product(m, n, k, alpha, a.a, b, c_scale, c, ldc, a.scales);
+}
+
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w) {
+    if (w.bf16) return w.product(m, L, n, 1.0f, rows(a, n), transposed(b, n), false, c, L);
     // Blocks of whole kernel panels, at least 32 columns: 3/4 of the full product's work at
     // L = 64, the full product at L = 32 (on AVX2, blocks of one 16-column panel there measured
     // 0.96-1.10 of the time: no gain). The first block is one product over all m rows (its
@@ -80,23 +101,28 @@ void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const f
         const int64_t cols = std::min(block, L - c0);
         const Mat bt = transposed(b + c0 * n, n);
         if (c0 == 0) {
-            gemm(m, cols, n, 1.0f, rows(a, n), bt, false, c, L, pack);
+            gemm(m, cols, n, 1.0f, rows(a, n), bt, false, c, L, w.pack.data());
             continue;
         }
         for (int64_t top = 0; top < m; top += L)
-            gemm(L - c0, cols, n, 1.0f, rows(a + (top + c0) * n, n), bt, false, c + (top + c0) * L + c0, L, pack);
+            gemm(L - c0, cols, n, 1.0f, rows(a + (top + c0) * n, n), bt, false, c + (top + c0) * L + c0, L, w.pack.data());
     }
 }
 
-void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack) {
-    lower_product_rows(L, L, n, a, b, c, pack);
+void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w) {
+    lower_product_rows(L, L, n, a, b, c, w);
 }
 
 void group_gram(int64_t L, bool with_qk, ChunkScratch &w, float *out) {
     // With Q, [Q; K] K^T in one product (Q's rows lie just above K's, as do the two triangles):
     // K^T is packed once for both.
-    if (with_qk) lower_product_rows(L, 2 * L, w.Sk, w.q(), w.k(L), out, w.pack.data());
-    else lower_product(L, w.Sk, w.k(L), w.k(L), out + L * L, w.pack.data());
+    if (w.bf16_rows()) {  // one full product on the bf16 rows (lower_product_rows' bf16 form)
+        const int64_t m = with_qk ? 2 * L : L;
+        return w.product_bf16(m, L, w.Sk, 1.0f, rows(with_qk ? w.q_bf16() : w.k_bf16(L), w.Sk),
+                              transposed(w.k_bf16(L), w.Sk), 0.0f, with_qk ? out : out + L * L, L);
+    }
+    if (with_qk) lower_product_rows(L, 2 * L, w.Sk, w.q(), w.k(L), out, w);
+    else lower_product(L, w.Sk, w.k(L), w.k(L), out + L * L, w);
 }
 
 void load_group_chunk(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
@@ -187,7 +213,7 @@ void prepare_unit_chunk(const gdn_tensor &g, const gdn_tensor &beta, const Dims 
     } else {
         // P and M in one product where both are wanted: Kinv^T is packed once.
         if (L > 1) lower_product_rows(L, with_q ? 2 * L : L, Sk, with_q ? w.qg() : w.kg(L), w.kinv.data(),
-                                      with_q ? P : M, w.pack.data());
+                                      with_q ? P : M, w);
         // Zeros above the diagonal by assignment (lower_product_rows leaves the diagonal blocks'
         // upper parts there, possibly huge), M's diagonal too; P's diagonal exactly q_r . k_r (no gate).
         clear_upper(M, L, true);
@@ -205,8 +231,7 @@ namespace {
 void add_times_state(int64_t m, float alpha, const GatedOperand &a, const float *s0, float *c, ChunkScratch &w) {
     const StatePanels state{w.Sk, w.state_panel};
     for (int64_t j0 = 0; j0 < w.Sv; j0 += state.panel)
-        gemm(m, state.panel, w.Sk, alpha, a.a, rows(s0 + state.first_of(j0), state.panel), true, c + j0, w.Sv,
-             w.pack.data(), a.scales);
+        w.product(m, state.panel, w.Sk, alpha, a, rows(s0 + state.first_of(j0), state.panel), true, c + j0, w.Sv);
 }
 
 void solve_deltas(const float *s0, int64_t L, bool with_out, float out_scale, ChunkScratch &w) {
@@ -288,8 +313,7 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w) {
     const int64_t panel = w.state_panel;
     const StatePanels state{Sk, panel};
     for (int64_t j0 = 0; j0 < Sv; j0 += panel)
-        gemm(Sk, panel, L, 1.0f, kl_t.a, rows(w.dm.data() + j0, Sv), c_scale, s_next + state.first_of(j0), panel,
-             w.pack.data(), kl_t.scales);
+        w.product(Sk, panel, L, 1.0f, kl_t, rows(w.dm.data() + j0, Sv), c_scale, s_next + state.first_of(j0), panel);
 }
 
 namespace {
@@ -318,16 +342,25 @@ const float *row_factors(const ChunkScratch &w, Gated x) {
     return w.e_twice.data();
 }
 
+// The bf16 copy of raw_operand's rows.
+const uint16_t *raw_operand_bf16(ChunkScratch &w, Gated x, int64_t L) {
+    return x == Gated::Qg || x == Gated::QKg ? w.q_bf16() : w.k_bf16(L);
+}
+
 }  // namespace
 
 GatedOperand gated_rows(ChunkScratch &w, Gated x, int64_t L) {
     if (w.kda) return {rows(stored_operand(w, x, L), w.Sk), {}};
-    return {rows(raw_operand(w, x, L), w.Sk), {row_factors(w, x), nullptr}};
+    GatedOperand a{rows(raw_operand(w, x, L), w.Sk), {row_factors(w, x), nullptr}};
+    if (w.bf16_rows()) a.a_bf16 = rows(raw_operand_bf16(w, x, L), w.Sk);
+    return a;
 }
 
 GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L) {
     if (w.kda) return {transposed(stored_operand(w, x, L), w.Sk), {}};
-    return {transposed(raw_operand(w, x, L), w.Sk), {nullptr, row_factors(w, x)}};
+    GatedOperand a{transposed(raw_operand(w, x, L), w.Sk), {nullptr, row_factors(w, x)}};
+    if (w.bf16_rows()) a.a_bf16 = transposed(raw_operand_bf16(w, x, L), w.Sk);
+    return a;
 }
 
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_elements,

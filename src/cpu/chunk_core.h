@@ -26,6 +26,7 @@
 
 #include "core/problem.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_bf16.h"
 
 namespace gdn::cpu {
 
@@ -42,8 +43,22 @@ struct StatePanels {
     // The panels from column j0 start j0 * Sk floats into the state (j0 a multiple of panel).
     int64_t first_of(int64_t j0) const { return j0 * Sk; }
 };
-// The forward's panel width for states of Sv columns: the kernel's, where it divides Sv.
-int64_t forward_state_panel(int64_t Sv);
+// The forward's panel width for states of Sv columns: the kernel's, where it divides Sv (plain
+// row-major, Sv, with bf16 products: gemm_bf16 packs B whatever its layout, and one product over
+// all of S0's columns makes fewer, larger AMX calls).
+int64_t forward_state_panel(int64_t Sv, bool bf16_products);
+
+// Whether a call of this precision runs its chunk products on gemm_bf16 (bf16 operands, F32
+// sums): precision = BF16 on a host whose bf16 kernel is AMX (gemm_bf16_isa() == "amx"), the only
+// kernel measured faster than the F32 gemm (docs/PERF.md); any other call, or host, computes as
+// EXACT. Asked as each call sizes its scratch (a kernel forced between calls counts). Which
+// products: the grams [Q; K] K^T (KDA: [Qg; Kg] Kinv^T), [Qg; Kg] S0, the state update Kl^T Dm,
+// and the backward's Kl dSL, [Qg; Kg]^T [dOc; -dV], [dOc; -dV] S0^T, Dm dSL^T, [dOc; -dV] Dm^T
+// and the group's dq, dk products (KDA: the [dP; dM] products with Kinv, [Qg; Kg]). The
+// triangular solves (solve_deltas, solve_adjoint), the trmm's of P and the gate sums stay F32.
+bool bf16_products(gdn_precision precision);
+
+struct GatedOperand;
 
 struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
@@ -75,8 +90,37 @@ struct ChunkScratch {
     std::vector<float> out_r_factors;     // 2C (2L used): the row factors of that product
     std::vector<float> dm;                // L x Sv
     std::vector<float> pack;              // GEMM packing
+    // The bf16 product mode (bf16_products): the products it covers go through product(), on
+    // gemm_bf16 with this packing scratch (sized for every one of them: empty when not in it).
+    bool bf16 = false;
+    std::vector<uint8_t> bf16_pack;
+    // bf16 mode, GDA: the group's Q and K rows rounded to bf16 once per chunk (laid out as
+    // qk_rows), which its products read through MatBf16 views instead of converting them again
+    // for every unit and product (load_group_rows).
+    std::vector<uint16_t> qk_bf16;
 
     void resize(const Dims &d, int64_t max_chunk);
+
+    // C = alpha A B + c_scale C (gemm's arguments) for a product the bf16 mode covers: gemm_bf16
+    // in that mode, else gemm.
+    void product(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
+                 RowScales scales = {}) {
+        if (bf16) gemm_bf16(m, n, k, alpha, a, b, c_scale, c, ldc, bf16_pack.data(), scales);
+        else gemm(m, n, k, alpha, a, b, c_scale, c, ldc, pack.data(), scales);
+    }
+    // The same for an A of gated_rows / gated_transposed (its row scales included), read from the
+    // bf16 rows where the mode keeps them.
+    void product(int64_t m, int64_t n, int64_t k, float alpha, const GatedOperand &a, Mat b, float c_scale,
+                 float *c, int64_t ldc);
+    // A product whose operands (one or both) are the bf16 rows: bf16 mode only.
+    template <class A, class B>
+    void product_bf16(int64_t m, int64_t n, int64_t k, float alpha, A a, B b, float c_scale, float *c, int64_t ldc) {
+        gemm_bf16(m, n, k, alpha, a, b, c_scale, c, ldc, bf16_pack.data());
+    }
+    // Whether the group's Q and K rows are kept in bf16 (qk_bf16).
+    bool bf16_rows() const { return bf16 && !kda; }
+    const uint16_t *q_bf16() const { return qk_bf16.data(); }
+    const uint16_t *k_bf16(int64_t L) const { return qk_bf16.data() + L * Sk; }
     uint64_t bytes() const;
 
     float *q() { return qk_rows.data(); }
@@ -103,6 +147,7 @@ enum class Gated { Qg, Kg, Kl, QKg };
 struct GatedOperand {
     Mat a;
     RowScales scales;
+    MatBf16 a_bf16{nullptr, 0, 0};  // the same rows in bf16 (ChunkScratch::bf16_rows), else none
 };
 GatedOperand gated_rows(ChunkScratch &w, Gated x, int64_t L);
 GatedOperand gated_transposed(ChunkScratch &w, Gated x, int64_t L);
@@ -116,19 +161,21 @@ constexpr int64_t rows_ahead = 6;
 // from t's element type (cpu/typed_rows.h), asking for the rows rows_ahead further while it copies.
 void gather_rows(const gdn_tensor &t, int64_t i1, int64_t t0, int64_t L, int64_t i3, int64_t n, float *dst);
 
-// Loads K rows t0 .. t0+L-1 of the group, and its Q rows when with_q.
+// Loads K rows t0 .. t0+L-1 of the group, and its Q rows when with_q (and their bf16 copies:
+// ChunkScratch::bf16_rows).
 void load_group_rows(const gdn_tensor &q, const gdn_tensor &k, const Dims &d, int64_t bq, int64_t kh, int64_t t0,
                      int64_t L, bool with_q, ChunkScratch &w);
 
 // c (L x L, leading dimension L) = A B^T for row-major L x n blocks A and B, on and below the
 // diagonal (all the chunk math reads of such products): in column blocks, each block's rows from
 // its first column down, so above the diagonal only the diagonal blocks are written (callers
-// must not read there).
-void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, float *pack);
+// must not read there). With bf16 products, one product (above the diagonal written too: an
+// AMX call costs more than the triangle saves).
+void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w);
 // The same for m = L or 2L rows of a: c (m x L) holds m / L stacked L x L blocks, each the lower
 // triangle (as lower_product writes it) of its rows of a times b^T, e.g. [P; M] = [Qg; Kg] Kinv^T;
 // for L <= 32 one product, so b's panel is packed once.
-void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, float *pack);
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w);
 
 // GDA: the gram of the loaded rows into out (2L x L): Q K^T then K K^T, their lower triangles
 // (lower_product); without Q only the K K^T half (rows L .. 2L-1).

@@ -29,7 +29,7 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
     const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
     const float scale = static_cast<float>(d.scale);
     ChunkScratch &c = w.chunk;
-    c.state_panel = forward_state_panel(Sv);  // the running states in the kernel's panels (StatePanels)
+    c.state_panel = forward_state_panel(Sv, c.bf16);  // the running states in the kernel's panels (StatePanels)
     for (int64_t u = unit_begin; u < unit_end; ++u) {
         const ChunkUnit unit = group_unit(d, bq, kh, u);
         float *s = w.states.data() + u * area;

@@ -39,8 +39,11 @@ struct GroupRef {
 // worth it for KDA, not for the GDA backward (0.96-1.05), which keeps 64. 16 is no faster than
 // 32. With AVX-512 the same choice (with 12 x 32 tiles for the products with a side of 32)
 // measured forward 0.94-1.00 (a noisy host) and KDA backward 0.94 of 64 tokens with 6 x 64 tiles.
-inline int64_t default_chunk(bool backward, bool kda) {
-    return std::max<int64_t>(backward && !kda ? 64 : 32, gemm_panel_width());
+// With bf16 products (AMX) the KDA backward keeps 64 too: its products with a side of 32 are the
+// AMX kernel's weakest (one tile step per block); 64 measured 0.91 of 32's time on the 27B shape
+// (docs/PERF.md), while the forward gained nothing (1.62x against 1.66x the F32 call's rate).
+inline int64_t default_chunk(bool backward, bool kda, bool bf16_products = false) {
+    return std::max<int64_t>(backward && (!kda || bf16_products) ? 64 : 32, gemm_panel_width());
 }
 
 // Units (sequence, value head) that read one group's key head.

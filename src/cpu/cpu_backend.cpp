@@ -67,8 +67,9 @@ public:
     const char *name() const override { return "cpu"; }
 
     // Every combination of SPEC 3.1 with F32 states (validate has checked the rule); not an F64
-    // call. precision = BF16 computes exactly as EXACT for now: the bf16 product kernels
-    // (AVX512_BF16 / AMX-BF16) are not written yet, and SPEC 3.1 lets a backend compute as EXACT.
+    // call. precision = BF16 runs the chunk products on gemm_bf16 where its kernel is AMX (the
+    // chunked form only: cpu/chunk_core.h, bf16_products); elsewhere, and in the per-token form,
+    // it computes as EXACT, which SPEC 3.1 allows.
     Status supports(const Dims &d, bool) const override {
         if (d.state_type == GDN_TYPE_F32 && d.type != GDN_TYPE_F64) return {};
         return fail(GDN_ERROR_TYPE,
@@ -319,7 +320,7 @@ private:
     }
 
     int64_t chunk_length(const Dims &d, bool backward) const {
-        const int64_t c = chunk_size_ > 1 ? chunk_size_ : cpu::default_chunk(backward, d.gate_width != 1);
+        const int64_t c = chunk_size_ > 1 ? chunk_size_ : cpu::default_chunk(backward, d.gate_width != 1, cpu::bf16_products(d.precision));
         return std::min(c, d.T);
     }
 

@@ -124,6 +124,16 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, MatBf16 
     run(m, n, k, alpha, bf16_detail::operand(a), bf16_detail::operand(b), c_scale, c, ldc, pack, scales);
 }
 
+void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, Mat b, float c_scale, float *c, int64_t ldc,
+               void *pack, RowScales scales) {
+    run(m, n, k, alpha, bf16_detail::operand(a), bf16_detail::operand(b), c_scale, c, ldc, pack, scales);
+}
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Mat a, MatBf16 b, float c_scale, float *c, int64_t ldc,
+               void *pack, RowScales scales) {
+    run(m, n, k, alpha, bf16_detail::operand(a), bf16_detail::operand(b), c_scale, c, ldc, pack, scales);
+}
+
 int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k) { return bf16_detail::pack_bytes(m, k); }
 
 uint16_t to_bf16(float x) {

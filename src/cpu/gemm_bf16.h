@@ -60,6 +60,13 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float
 void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, MatBf16 b, float c_scale, float *c,
                int64_t ldc, void *pack, RowScales scales = {});
 
+// One operand stored as bf16, the other F32 (e.g. q / k rows kept in bf16 for a chunk times a
+// state): each packed as its own entry above packs it.
+void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, MatBf16 a, Mat b, float c_scale, float *c, int64_t ldc,
+               void *pack, RowScales scales = {});
+void gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, Mat a, MatBf16 b, float c_scale, float *c, int64_t ldc,
+               void *pack, RowScales scales = {});
+
 // Scratch bytes gemm_bf16 needs for an m x k A (its packed copy, one packed panel of B, the
 // tile buffer of the AMX kernel); the same for every kernel.
 int64_t gemm_bf16_pack_bytes(int64_t m, int64_t k);

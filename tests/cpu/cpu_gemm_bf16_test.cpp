@@ -316,8 +316,8 @@ TEST(CpuGemmBf16, ConcurrentCallsGiveTheSameBits) {
     }
 }
 
-// Operands stored as bf16 give the bits of the same values in F32 (then rounding is exact), with
-// and without a row factor on B.
+// Operands stored as bf16 (both, or either one) give the bits of the same values in F32 (then
+// rounding is exact), with and without a row factor on B.
 TEST(CpuGemmBf16, StoredBf16OperandsGiveTheF32EntrysBits) {
     std::mt19937 rng(10);
     for (const char *isa : kIsas) {
@@ -333,11 +333,16 @@ TEST(CpuGemmBf16, StoredBf16OperandsGiveTheF32EntrysBits) {
             gdn::cpu::round_to_bf16(d.a.data(), a16.data(), int64_t(a16.size()));
             gdn::cpu::round_to_bf16(d.b.data(), b16.data(), int64_t(b16.size()));
             const MatBf16 a{a16.data(), d.av.row_stride, d.av.col_stride}, b{b16.data(), d.bv.row_stride, d.bv.col_stride};
-            std::vector<float> c = d.c;
+            std::vector<float> c = d.c, c_a16 = d.c, c_b16 = d.c;
             std::vector<unsigned char> pack(gdn::cpu::gemm_bf16_pack_bytes(cs.m, cs.k));
             gdn::cpu::gemm_bf16(cs.m, cs.n, cs.k, cs.alpha, a, b, cs.c_scale, c.data(), cs.n, pack.data(), d.scales());
+            // One operand stored, the other F32 (the chunk math's bf16 q / k rows times a state).
+            gdn::cpu::gemm_bf16(cs.m, cs.n, cs.k, cs.alpha, a, d.bv, cs.c_scale, c_a16.data(), cs.n, pack.data(), d.scales());
+            gdn::cpu::gemm_bf16(cs.m, cs.n, cs.k, cs.alpha, d.av, b, cs.c_scale, c_b16.data(), cs.n, pack.data(), d.scales());
             const std::vector<float> want = run(cs, d);
             ASSERT_EQ(0, std::memcmp(c.data(), want.data(), sizeof(float) * c.size())) << isa << " variant " << variant;
+            ASSERT_EQ(0, std::memcmp(c_a16.data(), want.data(), sizeof(float) * c.size())) << isa << " variant " << variant;
+            ASSERT_EQ(0, std::memcmp(c_b16.data(), want.data(), sizeof(float) * c.size())) << isa << " variant " << variant;
         }
     }
 }

@@ -188,7 +188,7 @@ TEST(CpuGemm, StateInPanelsGivesTheRowMajorProductsBits) {
     };
     for (const char *isa : {"generic", "sse2", "avx2", "avx512", "neon"}) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
-        const int64_t Sk = 128, Sv = 128, panel = gdn::cpu::forward_state_panel(Sv);
+        const int64_t Sk = 128, Sv = 128, panel = gdn::cpu::forward_state_panel(Sv, false);
         ASSERT_EQ(panel, gdn::cpu::gemm_wide_panel_width()) << isa;
         ASSERT_LT(panel, Sv) << isa;
         const gdn::cpu::StatePanels layout{Sk, panel};
@@ -246,7 +246,9 @@ TEST(CpuGemm, LowerProductIsTheFullProductsLowerTriangle) {
                 for (float &x : b) x = u(rng);
                 gdn::cpu::gemm(L, L, n, 1.0f, gdn::cpu::rows(a.data(), n), gdn::cpu::transposed(b.data(), n), 0.0f,
                                full.data(), L, pack.data());
-                gdn::cpu::lower_product(L, n, a.data(), b.data(), lower.data(), pack.data());
+                gdn::cpu::ChunkScratch scratch;  // F32 products (not the bf16 mode), on this pack
+                scratch.pack = pack;
+                gdn::cpu::lower_product(L, n, a.data(), b.data(), lower.data(), scratch);
                 for (int64_t r = 0; r < L; ++r)
                     for (int64_t s = 0; s < L; ++s) {
                         if (s <= r) {
