@@ -19,7 +19,7 @@ namespace gdn::halftest {
 namespace {
 
 struct Case {
-    const char *name;
+    std::string name;
     Spec spec;
     Types types;
     int chunk = 64;  // cpu chunk_size (1: per-token)
@@ -67,10 +67,7 @@ std::vector<Case> cases() {
     for (bool kda : {false, true}) {
         const char *g = kda ? "kda" : "gda";
         auto add = [&](std::string name, Spec s, Types t, int chunk) {
-            static std::vector<std::string> names;  // the names outlive the cases
-            names.push_back(name + "_" + g);
-            out.push_back({nullptr, s, t, chunk});
-            out.back().name = names.back().c_str();
+            out.push_back({name + "_" + g, s, t, chunk});
         };
         add("chunked_bf16_batched", batched(kda, 200), kBf16, 64);
         add("chunked_bf16_f32_gates", spec(kda), kBf16F32Gates, 64);
@@ -167,7 +164,7 @@ TEST_P(CpuHalfTypes, BackwardIsTheF32CallOnConvertedInputsRoundedOnce) {
         EXPECT_TRUE(same_bits(*a, *b)) << what << " differs between 1 and 2 threads";
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, CpuHalfTypes, ::testing::ValuesIn(cases()), [](const auto &info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cpu, CpuHalfTypes, ::testing::ValuesIn(cases()), [](const auto &info) { return info.param.name; });
 
 // The caller's threads (gdn_forward_share / gdn_backward_share, ggml's way in): the bits of the
 // pooled call, half tensors included.
