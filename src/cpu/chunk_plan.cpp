@@ -75,8 +75,9 @@ int64_t ChunkPlanner::next_end(int64_t start, double *sums) {
     for (int64_t t = start; t < end; ++t) {
         for (int64_t u = 0; u < units_; ++u) {
             const int64_t b = group_.bq * per_bq + u / per_kh, h = d.value_head_of(group_.kh, u % per_kh);
-            gates_[u] = row_as_floats(group_.g->type, element_ptr(*group_.g, 0, h, t, b), width_,
-                                      converted_.data() + u * width_);
+            // converted_ is empty for an F32 g: no offset into its null data (UB even if unused).
+            float *scratch = converted_.empty() ? nullptr : converted_.data() + u * width_;
+            gates_[u] = row_as_floats(group_.g->type, element_ptr(*group_.g, 0, h, t, b), width_, scratch);
             if (t + rows_ahead < d.T) prefetch_rows(group_.g, h, t + rows_ahead, t + rows_ahead + 1, b, width_);
         }
         // Does adding token t's gates keep every channel of every unit within the limit? If not,
