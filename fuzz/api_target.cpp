@@ -205,19 +205,34 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
         const int64_t N = static_cast<int64_t>(offsets.size()) - 1, n = index % N;
         return index / N < std::max<int64_t>(offsets[n + 1] - offsets[n], 1);
     };
+    // The largest |ref| of a tensor, NaN ignored. Written as a compare, not std::fmax: GCC 12's
+    // AArch64 vectoriser crashes (internal compiler error) on that fmax reduction.
+    auto largest = [&](int s) {
+        const gdn_tensor &t = c.t[s];
+        const int64_t elem = element_bytes(raw_type(t));
+        double scale = 0;
+        for (int64_t i = 0; i < count_of(t); ++i) {
+            const double magnitude = std::fabs(value_at(ref[s].bytes.data() + i * elem, raw_type(t)));
+            if (magnitude > scale) scale = magnitude;
+        }
+        return scale;
+    };
+    // With bf16 products an element's error follows the size of the terms summed into it, not of
+    // the sum: the terms of dk (say) cancel to a hundredth of their size at T = 1, so a per-tensor
+    // bound fails where the library is right. The terms of every output are products of the same
+    // states, keys and gradients, so the bf16 bound uses the largest output of the whole call; it
+    // catches a wrong element or layout, and the harness's NMSE at model shapes measures the
+    // rounding itself (docs/RELIABILITY.md).
+    double call_scale = 0;
+    for (int s = 0; s < kSlots; ++s)
+        if (c.present(s) && c.is_output(s)) call_scale = std::max(call_scale, largest(s));
     for (int s = 0; s < kSlots; ++s) {
         if (!c.present(s) || !c.is_output(s)) continue;
         const gdn_tensor &t = c.t[s];
         const int64_t elem = element_bytes(raw_type(t));
         const uint8_t *base = static_cast<const uint8_t *>(t.data);
         const int64_t at = Arena::kGuardBytes + (base - c.arena->payload());
-        // The largest |ref|, NaN ignored. Written as a compare, not std::fmax: GCC 12's AArch64
-        // vectoriser crashes (internal compiler error) on that fmax reduction.
-        double scale = 0;
-        for (int64_t i = 0; i < count_of(t); ++i) {
-            const double magnitude = std::fabs(value_at(ref[s].bytes.data() + i * elem, raw_type(t)));
-            if (magnitude > scale) scale = magnitude;
-        }
+        const double scale = largest(s);
         for (int64_t i = 0; i < count_of(t); ++i) {
             const int64_t off = offset_of(t, i);
             const bool unwritten_slot =
@@ -236,7 +251,7 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
             double tolerance = 1e-3 * (scale + 1e-6);
             if (raw_type(t) == GDN_TYPE_BF16 || raw_type(t) == GDN_TYPE_F16)
                 tolerance += std::ldexp(std::max(std::fabs(got), std::fabs(want)), raw_type(t) == GDN_TYPE_BF16 ? -7 : -10);
-            if (c.precision == GDN_PRECISION_BF16) tolerance = std::max(tolerance, 0x1p-4 * (scale + 1e-6));
+            if (c.precision == GDN_PRECISION_BF16) tolerance = std::max(tolerance, 0x1p-4 * (call_scale + 1e-6));
             if (exact ? same : (!tame || !std::isfinite(scale) || same || std::fabs(got - want) <= tolerance)) continue;
             char msg[200];
             std::snprintf(msg, sizeof msg, "%s element %lld = %.17g but ref on contiguous copies gives %.17g", slot_name(s),
