@@ -34,6 +34,9 @@ const char kUsage[] =
     "  --hf-config FILE the same with the shape read from a Hugging Face config.json\n"
     "  --heads MAP      grouped or tiled: the head map of those model cases (default: tiled for --preset\n"
     "                   and --gguf, as llama.cpp lays out GGUF models; grouped for --hf-config)\n"
+    "  --gate KIND      the gates of every case: zero, mild (-0.3..-0.02), strong (-20..-1e-4), spike\n"
+    "                   (mild, -120 every 7th token) or mixed (-0.5..0.3) (default: each case's own,\n"
+    "                   perf's mild); strong and spike decay products into F32's subnormal range\n"
     "  --seed N         offset of every case's fixed seed (default 0)\n"
     "  --repeat N       test, grad: run each case N times, with N consecutive seeds\n"
     "  -t THREADS       cpu and ggml threads (default: all cores)\n"
@@ -88,7 +91,7 @@ std::vector<std::string> split(const std::string &s) {
 // Options that take a value; any other word starting with '-' is unknown.
 bool takes_value(const std::string &a) {
     static const char *const names[] = {"-o",     "-b",       "-p", "--preset", "--gguf",    "--hf-config", "--heads",
-                                        "--seed", "--repeat", "-t", "-c",       "--samples", "--min-time",  "--output"};
+                                        "--gate",   "--seed", "--repeat", "-t", "-c",       "--samples", "--min-time",  "--output"};
     for (const char *n : names)
         if (a == n) return true;
     return false;
@@ -226,6 +229,11 @@ bool parse_options(int argc, char **argv, Options &o, int &exit_code) {
             if (v == "grouped") o.heads = GDN_HEAD_MAP_GROUPED;
             else if (v == "tiled") o.heads = GDN_HEAD_MAP_TILED;
             else return fail_usage("--heads: \"%s\" is not grouped or tiled", value, exit_code);
+        } else if (a == "--gate") {
+            bool known = false;
+            for (testkit::Gate g : {testkit::Gate::Zero, testkit::Gate::Mild, testkit::Gate::Strong, testkit::Gate::Spike, testkit::Gate::Mixed})
+                if (value == std::string(testkit::gate_name(g))) o.gate = g, known = true;
+            if (!known) return fail_usage("--gate: \"%s\" is not zero, mild, strong, spike or mixed", value, exit_code);
         } else if (a == "--seed") {
             if (!parse_int(value, 0, INT64_MAX, n)) return fail_usage("--seed: \"%s\" is not a non-negative integer", value, exit_code);
             o.seed = static_cast<uint64_t>(n);
@@ -282,7 +290,8 @@ std::vector<testkit::Case> select_cases(const Options &o) {
         all = perf_cases ? testkit::perf_cases() : testkit::default_cases();
     }
     std::vector<testkit::Case> out;
-    for (const testkit::Case &c : all) {
+    for (testkit::Case &c : all) {
+        if (o.gate) c.gate = *o.gate;
         if (c.op == testkit::Op::Forward && !o.forward) continue;
         if (c.op == testkit::Op::Backward && !o.backward) continue;
         if (!o.list_group.empty() && !perf_cases && c.group != o.list_group) continue;

@@ -33,6 +33,7 @@ struct Options {
     std::optional<ModelShape> model;          // --preset / --gguf / --hf-config
     std::string preset, gguf, hf_config;
     std::optional<gdn_head_map> heads;        // --heads: the model cases' head map (default: the model's)
+    std::optional<testkit::Gate> gate;         // --gate: every case's gate values (default: the case's)
     std::string list_group;                   // list GROUP: one group only; "perf": the perf cases
     uint64_t seed = 0;
     int repeat = 1;
