@@ -67,7 +67,7 @@ float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoin
 // Unit u's kept rows (units x tokens x width) of chunk ci: its Z (width Sv) or KDA's e (width
 // Sk); nullptr where none are kept. The last chunk's are not: the forward pass would prepare that
 // chunk only to solve it, and the reverse walk prepares it anyway.
-float *kept_rows_of(std::vector<float> &kept, int64_t width, const GroupBackward &g, const std::vector<int64_t> &ends,
+float *kept_rows_of(AlignedVector<float> &kept, int64_t width, const GroupBackward &g, const std::vector<int64_t> &ends,
                     int64_t u, int64_t ci) {
     if (kept.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
     return kept.data() + (u * g.tokens + start_of(ends, ci)) * width;

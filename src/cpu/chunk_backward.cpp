@@ -64,7 +64,7 @@ namespace {
 // the sum over s < t <= r).
 void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
     const float *P = w.chunk.p(), *M = w.chunk.m(L);
-    std::vector<double> &acc = w.acc, &pair = w.pair;
+    AlignedVector<double> &acc = w.acc, &pair = w.pair;
     for (int64_t t = L - 1; t >= 1; --t) {
         double total = 0.0;
         for (int64_t s = 0; s < t; ++s) {
@@ -154,7 +154,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
-    std::vector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
+    AlignedVector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
     std::fill_n(pair.begin(), L * gw, 0.0);  // row 0 has no pairs (s < 0); the pair terms below write rows >= 1
     if (!kda) std::fill_n(acc.begin(), L, 0.0);  // gda_pairs' column sums
     if (kda) {
