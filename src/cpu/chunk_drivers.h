@@ -10,6 +10,7 @@
 #include "core/problem.h"
 #include "cpu/chunk_core.h"
 #include "cpu/chunk_plan.h"
+#include "cpu/paced_prefetch.h"
 
 namespace gdn::cpu {
 
@@ -24,6 +25,7 @@ struct ForwardWork {
     AlignedVector<float> states;  // units x Sk x Sv: the running states
     ChunkPlanner planner;
     AlignedVector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums the planner kept
+    PacedPrefetch next_rows;           // the next chunk's token rows, asked for over this one's steps
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 };
