@@ -3,7 +3,7 @@
 #include "cpu/chunk_plan.h"
 #include "cpu/vectorized.h"
 
-// Vec8 below is passed only inside always-inlined helpers: the ABI GCC warns about is never used.
+// Vectors are passed only inside always-inlined helpers: the ABI GCC warns about is never used.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace gdn::cpu {
@@ -11,14 +11,22 @@ namespace gdn::cpu {
 namespace {
 constexpr int lanes = kLanes;
 
-// Eight floats (one AVX register, two SSE or NEON ones); the helpers are always inlined.
-typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
-inline __attribute__((always_inline)) Vec8 load8(const float *p) {
-    Vec8 v;
+// W floats in one vector (8: one AVX register, two SSE or NEON ones; 16: one AVX-512 register),
+// loaded and stored by always-inlined helpers.
+template <int W>
+struct FloatVec {
+    typedef float type __attribute__((vector_size(W * sizeof(float))));
+};
+template <int W>
+inline __attribute__((always_inline)) typename FloatVec<W>::type load_vector(const float *p) {
+    typename FloatVec<W>::type v;
     __builtin_memcpy(&v, p, sizeof v);
     return v;
 }
-inline __attribute__((always_inline)) void store8(float *p, Vec8 v) { __builtin_memcpy(p, &v, sizeof v); }
+template <int W>
+inline __attribute__((always_inline)) void store_vector(float *p, typename FloatVec<W>::type v) {
+    __builtin_memcpy(p, &v, sizeof v);
+}
 }  // namespace
 
 namespace {
@@ -187,25 +195,32 @@ GDN_VECTORIZED void axpy(float alpha, const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
-                             int64_t ldx, float *y, int64_t n) {
-    // 64 columns at a time: eight vectors of y stay in registers while every x_j passes.
-    constexpr int width = 8, block = 8 * width;
+namespace {
+
+// add_rows on vectors of W floats: eight of them (W = 8: 64 columns, W = 16: 128) stay in
+// registers while every x_j passes. Each element takes the same terms in the same order whatever
+// W, so the width changes no bits.
+template <int W>
+inline __attribute__((always_inline)) void add_rows_in(float alpha, const float *coef, int64_t coef_stride,
+                                                       int64_t count, const float *x, int64_t ldx, float *y,
+                                                       int64_t n) {
+    using Vec = typename FloatVec<W>::type;
+    constexpr int block = 8 * W;
     int64_t i = 0;
     for (; i + block <= n; i += block) {
-        Vec8 acc[block / width];
-        for (int v = 0; v < block / width; ++v) acc[v] = load8(y + i + v * width);
+        Vec acc[block / W];
+        for (int v = 0; v < block / W; ++v) acc[v] = load_vector<W>(y + i + v * W);
         for (int64_t j = 0; j < count; ++j) {
             const float a = alpha * coef[j * coef_stride];
             const float *xj = x + j * ldx + i;
-            for (int v = 0; v < block / width; ++v) acc[v] += a * load8(xj + v * width);
+            for (int v = 0; v < block / W; ++v) acc[v] += a * load_vector<W>(xj + v * W);
         }
-        for (int v = 0; v < block / width; ++v) store8(y + i + v * width, acc[v]);
+        for (int v = 0; v < block / W; ++v) store_vector<W>(y + i + v * W, acc[v]);
     }
-    for (; i + width <= n; i += width) {
-        Vec8 acc = load8(y + i);
-        for (int64_t j = 0; j < count; ++j) acc += (alpha * coef[j * coef_stride]) * load8(x + j * ldx + i);
-        store8(y + i, acc);
+    for (; i + W <= n; i += W) {
+        Vec acc = load_vector<W>(y + i);
+        for (int64_t j = 0; j < count; ++j) acc += (alpha * coef[j * coef_stride]) * load_vector<W>(x + j * ldx + i);
+        store_vector<W>(y + i, acc);
     }
     for (; i < n; ++i) {
         float acc = y[i];
@@ -213,6 +228,50 @@ GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride
         y[i] = acc;
     }
 }
+
+}  // namespace
+
+#if GDN_VECTORIZED_CLONES
+// add_rows on x86-64: 16-float vectors on AVX-512 (one register each; the 8-float form left
+// half of every register and of every load unused there, in the triangles' diagonal blocks and
+// the substitutions), 8-float ones in the AVX2 and baseline builds (their code as it was), chosen
+// once at load time as GDN_VECTORIZED's clones are.
+namespace {
+using AddRows = void (*)(float, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t);
+__attribute__((target("arch=x86-64-v4"))) void add_rows_avx512(float alpha, const float *coef, int64_t coef_stride,
+                                                               int64_t count, const float *x, int64_t ldx, float *y,
+                                                               int64_t n) {
+    add_rows_in<16>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+__attribute__((target("arch=x86-64-v3"))) void add_rows_avx2(float alpha, const float *coef, int64_t coef_stride,
+                                                             int64_t count, const float *x, int64_t ldx, float *y,
+                                                             int64_t n) {
+    add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+void add_rows_baseline(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
+                       int64_t ldx, float *y, int64_t n) {
+    add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+}  // namespace
+
+extern "C" {
+// The ifunc resolver (named in C, as the attribute below needs), run once as the library loads.
+static AddRows gdn_cpu_add_rows_resolver() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4")) return add_rows_avx512;
+    if (__builtin_cpu_supports("x86-64-v3")) return add_rows_avx2;
+    return add_rows_baseline;
+}
+}
+
+void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x, int64_t ldx,
+              float *y, int64_t n) __attribute__((ifunc("gdn_cpu_add_rows_resolver")));
+#else
+GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
+                             int64_t ldx, float *y, int64_t n) {
+    add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+#endif
 
 GDN_VECTORIZED void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out) {
     for (int64_t r = 0; r < L; ++r) {
