@@ -148,9 +148,12 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
     const float *kept_z = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
     const bool prev_gates_kept = ci > 0 && gates_kept(g, ends, u, ci - 1);
-    prefetch_unit_rows(kept_z ? nullptr : a.v, prev_gates_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0,
-                       Pages::Read);
-    prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
+    // The unit's rows of the chunk before (the next this walk reads), over this chunk's steps.
+    w.prev_rows.start(kUnitChunkSteps);
+    w.prev_rows.add_rows(kept_z ? nullptr : a.v, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
+    w.prev_rows.add_rows(prev_gates_kept ? nullptr : a.g, unit.h, prev_start, t0, unit.b, d.gate_width, Pages::Read);
+    w.prev_rows.add_rows(a.beta, unit.h, prev_start, t0, unit.b, 1, Pages::Read);
+    w.prev_rows.add_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
     const int64_t slot = d.T - t1;
@@ -159,6 +162,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
         axpy(1.0f, w.d_state.data(), dsl, g.area);
     }
     const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept_z, kept_e, dsl, ds0, w);
+    w.prev_rows.finish();
     std::swap(current, spare);
     return p;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/chunk_core.h"  // Pages
 #include "gdn/gdn.h"
 
 namespace gdn::cpu {
@@ -22,19 +23,23 @@ public:
     void reserve(int64_t lines) { lines_.reserve(static_cast<size_t>(lines)); }
     // Lines that fit in rows of `bytes` bytes, wherever they start.
     static int64_t lines_of_row(int64_t bytes) { return bytes / 64 + 2; }
-    uint64_t bytes() const { return lines_.capacity() * sizeof(const char *); }
+    uint64_t bytes() const { return lines_.capacity() * sizeof(uintptr_t); }
     // Empties the queue; the next `steps` calls of step() issue it (the last one all that is left).
     void start(int steps);
     // Queues every cache line of rows [t_begin, t_end) of tensor t (nullptr: none) at (i1, i3),
-    // row_elements elements each, in that order.
-    void add_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_elements);
+    // row_elements elements each, in that order. Pages::Read: as prefetch_rows (chunk_core.h), a
+    // row's first line on a page new to the queue is read, not prefetched, when its turn comes.
+    void add_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_elements,
+                  Pages pages = Pages::Prefetched);
     // Issues the next share of the queue: what is left over the steps left.
     void step();
     // Issues whatever is left.
     void finish();
 
 private:
-    std::vector<const char *> lines_;
+    // Line addresses; the low bit (lines are 64-byte aligned) set where the line is to be read.
+    std::vector<uintptr_t> lines_;
+    uintptr_t last_page_ = 0;
     size_t next_ = 0;
     int steps_left_ = 0;
 };
