@@ -94,7 +94,7 @@ struct BackwardWork {
     AlignedVector<double> single, link, pair, dgam;  // C x gw: gate-gradient pieces
     AlignedVector<double> acc;         // GDA: C column sums of the pairs; then 2 gw running sums
     AlignedVector<double> wterm;       // gw: the gL term of the gate gradient
-    PacedPrefetch prev_rows;           // the unit's token rows of the chunk before, asked for over this one's steps
+    PacedPrefetch coming_rows;         // token rows of the chunk the steps read next, asked for over this one's
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 };
