@@ -161,9 +161,11 @@ void replay_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
 }
 
 // Unit u's backward over chunk ci of segment seg (the group's rows and gram loaded): carries
-// dL/dS from the chunk's end to its start, adding the chunk end's d_states.
+// dL/dS from the chunk's end to its start, adding the chunk end's d_states. While it runs, the
+// rows of the chunk before that the walk reads next are asked for: the unit's, and with
+// group_rows (the first unit of the chunk's walk) the group's Q and K rows first.
 UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
-                      int64_t u, int64_t seg, int64_t j, GroupBackward &g, BackwardWork &w) {
+                      int64_t u, int64_t seg, int64_t j, bool group_rows, GroupBackward &g, BackwardWork &w) {
     const Dims &d = a.dims;
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
@@ -172,6 +174,10 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const bool prev_gates_kept = ci > 0 && gates_kept(g, ends, u, ci - 1);
     // The unit's rows of the chunk before (the next this walk reads), over this chunk's steps.
     w.coming_rows.start(kUnitChunkSteps);
+    if (group_rows) {
+        w.coming_rows.add_rows(a.q, kh, prev_start, t0, bq, d.Sk, Pages::Read);
+        w.coming_rows.add_rows(a.k, kh, prev_start, t0, bq, d.Sk, Pages::Read);
+    }
     w.coming_rows.add_rows(kept_z ? nullptr : a.v, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
     w.coming_rows.add_rows(prev_gates_kept ? nullptr : a.g, unit.h, prev_start, t0, unit.b, d.gate_width, Pages::Read);
     w.coming_rows.add_rows(a.beta, unit.h, prev_start, t0, unit.b, 1, Pages::Read);
@@ -189,13 +195,12 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     return p;
 }
 
-// The group's rows of chunk ci for the reverse walk, and the next chunk's asked for.
+// The group's rows of chunk ci for the reverse walk (the next chunk's are asked for by the first
+// unit's step: unit_chunk).
 void load_reverse_rows(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
                        ChunkScratch &c) {
-    const int64_t t0 = start_of(ends, ci), prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
+    const int64_t t0 = start_of(ends, ci);
     load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, true, c);
-    prefetch_rows(a.q, kh, prev_start, t0, bq, a.dims.Sk, Pages::Read);
-    prefetch_rows(a.k, kh, prev_start, t0, bq, a.dims.Sk, Pages::Read);
 }
 
 void store_ds0(const BackwardArgs &a, int64_t bq, int64_t kh, UnitRange units, GroupBackward &g) {
@@ -259,7 +264,7 @@ void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const 
         load_reverse_rows(a, bq, kh, ends, ci, c);
         if (!c.kda) c.gram_view = g.gram.data() + j * 2 * g.C * g.C;
         for (int64_t u = units.begin; u < units.end; ++u) {
-            const UnitPieces p = unit_chunk(a, bq, kh, ends, ci, u, seg, j, g, w);
+            const UnitPieces p = unit_chunk(a, bq, kh, ends, ci, u, seg, j, u == units.begin, g, w);
             store_pieces(L, p, c.kda, c.Sk, g.C, slot_of(g, u, j));
         }
     }
@@ -296,7 +301,7 @@ void backward_reverse_walk(const BackwardArgs &a, int64_t bq, int64_t kh, const 
             }
             start_group_chunk(L, w);
             for (int64_t u = 0; u < g.units; ++u)
-                add_unit_share(L, unit_chunk(a, bq, kh, ends, ci, u, seg, ci - s.c0, g, w), w);
+                add_unit_share(L, unit_chunk(a, bq, kh, ends, ci, u, seg, ci - s.c0, u == 0, g, w), w);
             finish_group_chunk(a, bq, kh, t0, L, w);
         }
     }
