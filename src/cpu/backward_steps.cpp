@@ -67,7 +67,7 @@ float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoin
 // Unit u's kept rows (units x tokens x width) of chunk ci: its Z (width Sv) or KDA's e (width
 // Sk); nullptr where none are kept. The last chunk's are not: the forward pass would prepare that
 // chunk only to solve it, and the reverse walk prepares it anyway.
-float *kept_rows_of(std::vector<float> &kept, int64_t width, const GroupBackward &g, const std::vector<int64_t> &ends,
+float *kept_rows_of(AlignedVector<float> &kept, int64_t width, const GroupBackward &g, const std::vector<int64_t> &ends,
                     int64_t u, int64_t ci) {
     if (kept.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
     return kept.data() + (u * g.tokens + start_of(ends, ci)) * width;
@@ -108,49 +108,80 @@ Segment segment_of(const BackwardArgs &a, const std::vector<int64_t> &ends, int6
 // chunk from s (s_next may be s: updated in place). The forward pass solves for Dm and keeps the
 // chunk's Z (and KDA's e) where kept_z_of (kept_e_of) has room, streamed out (nothing reads them
 // before the reverse walk; replay = false); the replay takes Dm from that Z and the gates from
-// that e (replay = true).
+// that e (replay = true). Issues a share of `coming` after each of its kForwardChunkSteps steps.
+constexpr int kForwardChunkSteps = 3;
 void forward_chunk(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq, int64_t kh,
-                   int64_t u, const float *s, float *s_next, bool replay, GroupBackward &g, ChunkScratch &c) {
+                   int64_t u, const float *s, float *s_next, bool replay, GroupBackward &g, ChunkScratch &c,
+                   PacedPrefetch &coming) {
     const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     float *kept_z = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
-    if (ci + 1 < static_cast<int64_t>(ends.size())) {
-        const bool next_gates_kept = replay && gates_kept(g, ends, u, ci + 1);
-        prefetch_unit_rows(replay && kept_z ? nullptr : a.v, next_gates_kept ? nullptr : a.g, *a.beta, a.dims, unit, t1,
-                           ends[ci + 1], Pages::Read);
-    }
     prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, false, KnownGates{nullptr, replay ? kept_e : nullptr}, c);
+    coming.step();
     const float *z = chunk_deltas(*a.v, a.dims, unit, t0, L, s, replay ? kept_z : nullptr, c);
     if (!replay && kept_z) store_rows_streamed(z, L, g.Sv, kept_z, g.Sv);
     if (!replay && kept_e) store_rows_streamed(c.e.data(), L, c.gw, kept_e, c.gw);
+    coming.step();
     advance_state(s, s_next, L, c);
+    coming.step();
+}
+
+// Starts `coming` on the rows a forward pass over chunk ci (replay: a replay) reads of chunk
+// ci + 1, paced over the forward_chunk calls of `units`: the group's K rows, then each unit's v
+// (not where a replay takes its Z), g (not where its gates are kept) and beta rows.
+void queue_next_forward_rows(const BackwardArgs &a, const std::vector<int64_t> &ends, int64_t ci, int64_t bq,
+                             int64_t kh, UnitRange units, bool replay, GroupBackward &g, PacedPrefetch &coming) {
+    coming.start(static_cast<int>((units.end - units.begin) * kForwardChunkSteps));
+    if (ci + 1 >= static_cast<int64_t>(ends.size())) return;
+    const int64_t t1 = ends[ci], t2 = ends[ci + 1];
+    coming.add_rows(a.k, kh, t1, t2, bq, a.dims.Sk, Pages::Read);
+    for (int64_t u = units.begin; u < units.end; ++u) {
+        const ChunkUnit unit = group_unit(a.dims, bq, kh, u);
+        const bool z_kept = replay && kept_z_of(g, ends, u, ci), next_gates_kept = replay && gates_kept(g, ends, u, ci + 1);
+        coming.add_rows(z_kept ? nullptr : a.v, unit.h, t1, t2, unit.b, a.dims.Sv, Pages::Read);
+        coming.add_rows(next_gates_kept ? nullptr : a.g, unit.h, t1, t2, unit.b, a.dims.gate_width, Pages::Read);
+        coming.add_rows(a.beta, unit.h, t1, t2, unit.b, 1, Pages::Read);
+    }
 }
 
 // The entry states of the segment's chunks after its first, from its checkpoint.
 void replay_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, UnitRange units,
-                    int64_t seg, GroupBackward &g, ChunkScratch &c) {
+                    int64_t seg, GroupBackward &g, BackwardWork &w) {
+    ChunkScratch &c = w.chunk;
     const Segment s = segment_of(a, ends, seg, g);
     for (int64_t ci = s.c0; ci + 1 < s.c1; ++ci) {
         const int64_t t0 = start_of(ends, ci), j = ci - s.c0;
         load_group_chunk(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, false, c);
+        queue_next_forward_rows(a, ends, ci, bq, kh, units, true, g, w.coming_rows);
         for (int64_t u = units.begin; u < units.end; ++u)
-            forward_chunk(a, ends, ci, bq, kh, u, entry(g, u, seg, j), entry(g, u, seg, j + 1), true, g, c);
+            forward_chunk(a, ends, ci, bq, kh, u, entry(g, u, seg, j), entry(g, u, seg, j + 1), true, g, c,
+                          w.coming_rows);
+        w.coming_rows.finish();
     }
 }
 
 // Unit u's backward over chunk ci of segment seg (the group's rows and gram loaded): carries
-// dL/dS from the chunk's end to its start, adding the chunk end's d_states.
+// dL/dS from the chunk's end to its start, adding the chunk end's d_states. While it runs, the
+// rows of the chunk before that the walk reads next are asked for: the unit's, and with
+// group_rows (the first unit of the chunk's walk) the group's Q and K rows first.
 UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
-                      int64_t u, int64_t seg, int64_t j, GroupBackward &g, BackwardWork &w) {
+                      int64_t u, int64_t seg, int64_t j, bool group_rows, GroupBackward &g, BackwardWork &w) {
     const Dims &d = a.dims;
     const ChunkUnit unit = group_unit(d, bq, kh, u);
     const int64_t t0 = start_of(ends, ci), t1 = ends[ci], L = t1 - t0;
     const int64_t prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
     const float *kept_z = kept_z_of(g, ends, u, ci), *kept_e = kept_e_of(g, ends, u, ci);
     const bool prev_gates_kept = ci > 0 && gates_kept(g, ends, u, ci - 1);
-    prefetch_unit_rows(kept_z ? nullptr : a.v, prev_gates_kept ? nullptr : a.g, *a.beta, d, unit, prev_start, t0,
-                       Pages::Read);
-    prefetch_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
+    // The unit's rows of the chunk before (the next this walk reads), over this chunk's steps.
+    w.coming_rows.start(kUnitChunkSteps);
+    if (group_rows) {
+        w.coming_rows.add_rows(a.q, kh, prev_start, t0, bq, d.Sk, Pages::Read);
+        w.coming_rows.add_rows(a.k, kh, prev_start, t0, bq, d.Sk, Pages::Read);
+    }
+    w.coming_rows.add_rows(kept_z ? nullptr : a.v, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
+    w.coming_rows.add_rows(prev_gates_kept ? nullptr : a.g, unit.h, prev_start, t0, unit.b, d.gate_width, Pages::Read);
+    w.coming_rows.add_rows(a.beta, unit.h, prev_start, t0, unit.b, 1, Pages::Read);
+    w.coming_rows.add_rows(a.d_out, unit.h, prev_start, t0, unit.b, d.Sv, Pages::Read);
     int64_t &current = g.carry_slab[u], &spare = g.carry_slab[spare_of(g, u)];
     float *dsl = g.carries.data() + current * g.area, *ds0 = g.carries.data() + spare * g.area;
     const int64_t slot = d.T - t1;
@@ -159,17 +190,17 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
         axpy(1.0f, w.d_state.data(), dsl, g.area);
     }
     const UnitPieces p = backward_unit_chunk(a, unit, t0, L, entry(g, u, seg, j), kept_z, kept_e, dsl, ds0, w);
+    w.coming_rows.finish();
     std::swap(current, spare);
     return p;
 }
 
-// The group's rows of chunk ci for the reverse walk, and the next chunk's asked for.
+// The group's rows of chunk ci for the reverse walk (the next chunk's are asked for by the first
+// unit's step: unit_chunk).
 void load_reverse_rows(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
                        ChunkScratch &c) {
-    const int64_t t0 = start_of(ends, ci), prev_start = ci > 0 ? start_of(ends, ci - 1) : t0;
+    const int64_t t0 = start_of(ends, ci);
     load_group_rows(*a.q, *a.k, a.dims, bq, kh, t0, ends[ci] - t0, true, c);
-    prefetch_rows(a.q, kh, prev_start, t0, bq, a.dims.Sk, Pages::Read);
-    prefetch_rows(a.k, kh, prev_start, t0, bq, a.dims.Sk, Pages::Read);
 }
 
 void store_ds0(const BackwardArgs &a, int64_t bq, int64_t kh, UnitRange units, GroupBackward &g) {
@@ -200,11 +231,13 @@ void backward_checkpoints(const BackwardArgs &a, int64_t bq, int64_t kh, const s
     for (int64_t ci = 0; ci + 1 < chunks; ++ci) {
         const int64_t t0 = start_of(ends, ci);
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, ends[ci] - t0, false, w.chunk);
+        queue_next_forward_rows(a, ends, ci, bq, kh, units, false, g, w.coming_rows);
         for (int64_t u = units.begin; u < units.end; ++u) {
             forward_chunk(a, ends, ci, bq, kh, u, ci == 0 ? checkpoint(g, u, 0) : running(u), running(u), false, g,
-                          w.chunk);
+                          w.chunk, w.coming_rows);
             if ((ci + 1) % per_seg == 0) store_rows_streamed(running(u), 1, g.area, checkpoint(g, u, (ci + 1) / per_seg), 0);
         }
+        w.coming_rows.finish();
     }
     for (int64_t u = units.begin; u < units.end; ++u) std::fill_n(running(u), g.area, 0.0f);
 }
@@ -225,13 +258,13 @@ void backward_unit_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const 
                            UnitRange units, int64_t seg, GroupBackward &g, BackwardWork &w) {
     ChunkScratch &c = w.chunk;
     const Segment s = segment_of(a, ends, seg, g);
-    replay_segment(a, bq, kh, ends, units, seg, g, c);
+    replay_segment(a, bq, kh, ends, units, seg, g, w);
     for (int64_t ci = s.c1 - 1; ci >= s.c0; --ci) {
         const int64_t j = ci - s.c0, L = ends[ci] - start_of(ends, ci);
         load_reverse_rows(a, bq, kh, ends, ci, c);
         if (!c.kda) c.gram_view = g.gram.data() + j * 2 * g.C * g.C;
         for (int64_t u = units.begin; u < units.end; ++u) {
-            const UnitPieces p = unit_chunk(a, bq, kh, ends, ci, u, seg, j, g, w);
+            const UnitPieces p = unit_chunk(a, bq, kh, ends, ci, u, seg, j, u == units.begin, g, w);
             store_pieces(L, p, c.kda, c.Sk, g.C, slot_of(g, u, j));
         }
     }
@@ -258,7 +291,7 @@ void backward_reverse_walk(const BackwardArgs &a, int64_t bq, int64_t kh, const 
     const int64_t segments = backward_layout(a.dims, ends, g.C).segments;
     for (int64_t seg = segments - 1; seg >= 0; --seg) {
         const Segment s = segment_of(a, ends, seg, g);
-        replay_segment(a, bq, kh, ends, all, seg, g, c);
+        replay_segment(a, bq, kh, ends, all, seg, g, w);
         for (int64_t ci = s.c1 - 1; ci >= s.c0; --ci) {
             const int64_t t0 = start_of(ends, ci), L = ends[ci] - t0;
             load_reverse_rows(a, bq, kh, ends, ci, c);
@@ -268,7 +301,7 @@ void backward_reverse_walk(const BackwardArgs &a, int64_t bq, int64_t kh, const 
             }
             start_group_chunk(L, w);
             for (int64_t u = 0; u < g.units; ++u)
-                add_unit_share(L, unit_chunk(a, bq, kh, ends, ci, u, seg, ci - s.c0, g, w), w);
+                add_unit_share(L, unit_chunk(a, bq, kh, ends, ci, u, seg, ci - s.c0, u == 0, g, w), w);
             finish_group_chunk(a, bq, kh, t0, L, w);
         }
     }

@@ -48,6 +48,15 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
     acc.resize(kda ? 2 * gw : std::max<int64_t>(C, 2));
     wterm.resize(gw);
+    // The most rows of a chunk the steps queue (elements of at most 8 bytes): the forward pass's
+    // K rows and every unit's v, g and beta rows, or the reverse walk's Q and K rows and v, g,
+    // beta and d_out rows of one unit.
+    constexpr int64_t element = 8;
+    const int64_t v_g_beta = PacedPrefetch::lines_of_row(element * Sv) + PacedPrefetch::lines_of_row(element * gw) +
+                             PacedPrefetch::lines_of_row(element);
+    coming_rows.reserve(C * std::max(PacedPrefetch::lines_of_row(element * Sk) + units_of(d) * v_g_beta,
+                                     2 * PacedPrefetch::lines_of_row(element * Sk) + v_g_beta +
+                                         PacedPrefetch::lines_of_row(element * Sv)));
 }
 
 uint64_t BackwardWork::bytes() const {
@@ -55,7 +64,7 @@ uint64_t BackwardWork::bytes() const {
     for (const auto *v : {&d_state, &doy, &y, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair})
         n += v->size() * sizeof(float);
     for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
-    return n;
+    return n + coming_rows.bytes();
 }
 
 namespace {
@@ -64,7 +73,7 @@ namespace {
 // the sum over s < t <= r).
 void gda_pairs(int64_t L, const float *dP, const float *dM, BackwardWork &w) {
     const float *P = w.chunk.p(), *M = w.chunk.m(L);
-    std::vector<double> &acc = w.acc, &pair = w.pair;
+    AlignedVector<double> &acc = w.acc, &pair = w.pair;
     for (int64_t t = L - 1; t >= 1; --t) {
         double total = 0.0;
         for (int64_t s = 0; s < t; ++s) {
@@ -105,6 +114,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     const bool kda = gw != 1;
     float *pack = c.pack.data();
     prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, KnownGates{nullptr, e}, c);
+    w.coming_rows.step();  // 1
     // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum). First, because
     // it reads S0 front to back: a checkpoint streamed out long ago, so the hardware prefetchers
     // bring it in here, not the transposing pack of S0^T below, line by line.
@@ -115,6 +125,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
         wterm[0] = dot_f64(dsl, s0, area);
     for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
     const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
+    w.coming_rows.step();  // 2
     const float *P = c.p(), *Dm = c.dm.data();
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
@@ -130,7 +141,9 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.y.data(), Sv, pack);
     const GatedOperand kl = gated_rows(c, Gated::Kl, L);
     c.product(L, Sv, Sk, 1.0f, kl, rows(dsl, Sv), true, w.y.data(), Sv);
+    w.coming_rows.step();  // 3
     solve_adjoint(L, Sv, c.beta.data(), c.m(L), w.y.data(), nby, pack);
+    w.coming_rows.step();  // 4
     if (a.dv) store_token_rows(nby, L, Sv, *a.dv, unit.h, t0, unit.b);
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
@@ -138,10 +151,14 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
     const GatedOperand qkg_t = gated_transposed(c, Gated::QKg, L);
     c.product(Sk, Sv, 2 * L, 1.0f, qkg_t, rows(w.doy.data(), Sv), true, ds0, Sv);
+    w.coming_rows.step();  // 5
     // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T (lower triangles).
     c.product(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk);
+    w.coming_rows.step();  // 6
     c.product(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk);
+    w.coming_rows.step();  // 7
     lower_product_rows(L, 2 * L, Sv, w.doy.data(), Dm, w.dpm.data(), c);
+    w.coming_rows.step();  // 8
     // Zeros above the triangles (lower_product_rows leaves the diagonal blocks' upper parts, and
     // writes nothing above them): dP keeps its diagonal, dM's is zero too.
     float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
@@ -154,7 +171,7 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
-    std::vector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
+    AlignedVector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
     std::fill_n(pair.begin(), L * gw, 0.0);  // row 0 has no pairs (s < 0); the pair terms below write rows >= 1
     if (!kda) std::fill_n(acc.begin(), L, 0.0);  // gda_pairs' column sums
     if (kda) {
@@ -163,9 +180,11 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     } else {  // Qg = e o Q, Kg = e o K, Kl = f o K: each row's factor taken out of its sums
         gda_gate_terms(L, Sk, dQg, c.q(), dKg, w.dkl.data(), c.k(L), c.e.data(), c.f.data(), single.data(), link.data());
     }
+    w.coming_rows.step();  // 9
 
     if (kda) kda_pairs_and_products(L, Sk, dP, w);
     else gda_pairs(L, dP, dM, w);
+    w.coming_rows.step();  // 10 (kUnitChunkSteps)
     assemble_gate_gradient(L, gw, wterm, w.single.data(), w.link.data(), w.pair.data(), w.acc.data(), w.dgam.data());
     if (a.dg && kda) {
         // KDA dg rows are Sk floats, a token stride apart: converted here, then streamed out as dv

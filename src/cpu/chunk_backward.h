@@ -24,7 +24,9 @@ struct UnitPieces {
 // gate factors e (L x Sk), as the forward pass kept them (nullptr: solved again, chunk_deltas;
 // computed again from the g rows): dsl = dL/dS_L in, ds0 = dL/dS0 out; writes the unit's dv, dg,
 // dbeta rows. The group's Q, K rows (and GDA's gram) are loaded in w.chunk. The pieces point
-// into w (valid until its next call).
+// into w (valid until its next call). Between its steps it issues shares of w.coming_rows
+// (PacedPrefetch), started for kUnitChunkSteps steps.
+constexpr int kUnitChunkSteps = 10;
 UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
                                const float *z, const float *e, const float *dsl, float *ds0, BackwardWork &w);
 

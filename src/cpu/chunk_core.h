@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/problem.h"
+#include "cpu/aligned_vector.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_bf16.h"
 
@@ -70,34 +71,34 @@ struct ChunkScratch {
     // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, read on and
     // below the diagonal only: group_gram), in `gram` or wherever gram_view points (the split
     // backward keeps a segment's grams per group).
-    std::vector<float> qk_rows, gram;
+    AlignedVector<float> qk_rows, gram;
     const float *gram_view = nullptr;
     // One unit's chunk.
-    std::vector<float> beta;              // L
-    std::vector<double> gam;              // L x gw prefix sums
-    std::vector<double> exp_arg;          // arguments of one batch of exp (GDA: L x L, KDA: gw)
-    std::vector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), KDA (L > 1) 1 / exp(gam); gw: exp(gam_L)
-    std::vector<float> e_twice;           // GDA: 2L, [e; e] (with Q): the factors of the rows of [Q; K]
-    std::vector<float> gate_row;          // gw: a gate row of a BF16 g, converted
-    std::vector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
-    std::vector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
-    std::vector<float> kl, kinv;          // KDA: L x Sk
-    std::vector<float> pm;                // 2L x L: P (rows 0..L-1), then M (KDA: one product of [Qg; Kg] and Kinv^T)
+    AlignedVector<float> beta;              // L
+    AlignedVector<double> gam;              // L x gw prefix sums
+    AlignedVector<double> exp_arg;          // arguments of one batch of exp (GDA: L x L, KDA: gw)
+    AlignedVector<float> e, f, einv, gl;    // L x gw: exp(gam), exp(gam_L - gam), KDA (L > 1) 1 / exp(gam); gw: exp(gam_L)
+    AlignedVector<float> e_twice;           // GDA: 2L, [e; e] (with Q): the factors of the rows of [Q; K]
+    AlignedVector<float> gate_row;          // gw: a gate row of a BF16 g, converted
+    AlignedVector<float> gam_mat;           // GDA: L x L, exp(gam_r - gam_s) for s < r (nothing else is set)
+    AlignedVector<float> qkg;               // KDA: 2L x Sk, Qg in rows 0..L-1, Kg in rows L..2L-1
+    AlignedVector<float> kl, kinv;          // KDA: L x Sk
+    AlignedVector<float> pm;                // 2L x L: P (rows 0..L-1), then M (KDA: one product of [Qg; Kg] and Kinv^T)
     // 2C x Sv: R (rows C ..: V, then R = V - Kg S0, then Z = R - M Dm: chunk_deltas) and, in the
     // forward with outputs, the chunk's output rows O in the L rows just above R, so that
     // [O; R] is one matrix and [Qg; Kg] S0 one product (S0's panels read once for both).
-    std::vector<float> out_r;
-    std::vector<float> out_r_factors;     // 2C (2L used): the row factors of that product
-    std::vector<float> dm;                // L x Sv
-    std::vector<float> pack;              // GEMM packing
+    AlignedVector<float> out_r;
+    AlignedVector<float> out_r_factors;     // 2C (2L used): the row factors of that product
+    AlignedVector<float> dm;                // L x Sv
+    AlignedVector<float> pack;              // GEMM packing
     // The bf16 product mode (bf16_products): the products it covers go through product(), on
     // gemm_bf16 with this packing scratch (sized for every one of them: empty when not in it).
     bool bf16 = false;
-    std::vector<uint8_t> bf16_pack;
+    AlignedVector<uint8_t> bf16_pack;
     // bf16 mode, GDA: the group's Q and K rows rounded to bf16 once per chunk (laid out as
     // qk_rows), which its products read through MatBf16 views instead of converting them again
     // for every unit and product (load_group_rows).
-    std::vector<uint16_t> qk_bf16;
+    AlignedVector<uint16_t> qk_bf16;
 
     void resize(const Dims &d, int64_t max_chunk);
 

@@ -10,6 +10,7 @@
 #include "core/problem.h"
 #include "cpu/chunk_core.h"
 #include "cpu/chunk_plan.h"
+#include "cpu/paced_prefetch.h"
 
 namespace gdn::cpu {
 
@@ -21,9 +22,10 @@ inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
 
 struct ForwardWork {
     ChunkScratch chunk;
-    std::vector<float> states;  // units x Sk x Sv: the running states
+    AlignedVector<float> states;  // units x Sk x Sv: the running states
     ChunkPlanner planner;
-    std::vector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums the planner kept
+    AlignedVector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums the planner kept
+    PacedPrefetch next_rows;           // the next chunk's token rows, asked for over this one's steps
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 };
@@ -77,21 +79,22 @@ struct BackwardLayout {
 // Per-worker scratch of the steps.
 struct BackwardWork {
     ChunkScratch chunk;
-    std::vector<float> d_state;      // area
-    std::vector<float> doy;          // 2C x Sv: scale * dO, then -beta o Y
-    std::vector<float> y;            // C x Sv: dDm, then Y in its place
-    std::vector<float> dqkg;         // 2C x Sk: dQg, then dKg
-    std::vector<float> dkl, dkinv;   // C x Sk
-    std::vector<float> dpm_kinv;     // KDA: 2C x Sk, [dP; dM] Kinv
-    std::vector<float> dpm;          // 2C x C: dP, then dM
-    std::vector<float> dp_diag;      // KDA: C, the diagonal of dP (zeroed in dpm before its products)
-    std::vector<float> dg_rows;      // KDA: C x gw, the chunk's dg rows before they are streamed out
-    std::vector<float> dq, dk;       // C x Sk: the group's chunk accumulators
-    std::vector<float> gp, gm;       // GDA: C x C, sum over units of dP o Gam, dM o Gam
-    std::vector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
-    std::vector<double> single, link, pair, dgam;  // C x gw: gate-gradient pieces
-    std::vector<double> acc;         // GDA: C column sums of the pairs; then 2 gw running sums
-    std::vector<double> wterm;       // gw: the gL term of the gate gradient
+    AlignedVector<float> d_state;      // area
+    AlignedVector<float> doy;          // 2C x Sv: scale * dO, then -beta o Y
+    AlignedVector<float> y;            // C x Sv: dDm, then Y in its place
+    AlignedVector<float> dqkg;         // 2C x Sk: dQg, then dKg
+    AlignedVector<float> dkl, dkinv;   // C x Sk
+    AlignedVector<float> dpm_kinv;     // KDA: 2C x Sk, [dP; dM] Kinv
+    AlignedVector<float> dpm;          // 2C x C: dP, then dM
+    AlignedVector<float> dp_diag;      // KDA: C, the diagonal of dP (zeroed in dpm before its products)
+    AlignedVector<float> dg_rows;      // KDA: C x gw, the chunk's dg rows before they are streamed out
+    AlignedVector<float> dq, dk;       // C x Sk: the group's chunk accumulators
+    AlignedVector<float> gp, gm;       // GDA: C x C, sum over units of dP o Gam, dM o Gam
+    AlignedVector<float> gm_pair;      // C x 2C: [GP^T, GM + GM^T]
+    AlignedVector<double> single, link, pair, dgam;  // C x gw: gate-gradient pieces
+    AlignedVector<double> acc;         // GDA: C column sums of the pairs; then 2 gw running sums
+    AlignedVector<double> wterm;       // gw: the gL term of the gate gradient
+    PacedPrefetch coming_rows;         // token rows of the chunk the steps read next, asked for over this one's
     void resize(const Dims &d, int64_t max_chunk);
     uint64_t bytes() const;
 };
@@ -102,17 +105,17 @@ struct BackwardWork {
 struct GroupBackward {
     int64_t units = 0, area = 0, C = 0, segments = 0, chunks_per_segment = 1, replay_slots = 0;
     int64_t spares = 1, slot_floats = 0, tokens = 0, Sv = 0, Sk = 0;
-    std::vector<float> checkpoints;  // units x segments x area
-    std::vector<float> kept_z;       // units x tokens x Sv: the chunks' Z (when C <= Sk, else empty)
-    std::vector<float> kept_e;       // KDA: units x tokens x Sk, the chunks' exp(gam) (as kept_z)
-    std::vector<float> replay;       // units x chunks_per_segment x area (chunks_per_segment > 1)
+    AlignedVector<float> checkpoints;  // units x segments x area
+    AlignedVector<float> kept_z;       // units x tokens x Sv: the chunks' Z (when C <= Sk, else empty)
+    AlignedVector<float> kept_e;       // KDA: units x tokens x Sk, the chunks' exp(gam) (as kept_z)
+    AlignedVector<float> replay;       // units x chunks_per_segment x area (chunks_per_segment > 1)
     // dL/dS at each unit's current chunk end, and spares for the next (one shared by the units of
     // the group schedule, one per unit in the split one): (units + spares) x area, carry_slab
     // says which area is whose.
-    std::vector<float> carries;
+    AlignedVector<float> carries;
     std::vector<int64_t> carry_slab;
-    std::vector<float> gram;         // split, GDA: chunks_per_segment x 2C x C, [Q; K] K^T per chunk
-    std::vector<float> pieces;       // split: units x chunks_per_segment x slot_floats (UnitPieces)
+    AlignedVector<float> gram;         // split, GDA: chunks_per_segment x 2C x C, [Q; K] K^T per chunk
+    AlignedVector<float> pieces;       // split: units x chunks_per_segment x slot_floats (UnitPieces)
     void resize(const Dims &d, int64_t max_chunk, const BackwardLayout &layout, bool split);
     uint64_t bytes() const;
 };

@@ -16,11 +16,18 @@ void ForwardWork::resize(const Dims &d, int64_t max_chunk) {
     states.resize(units_of(d) * d.Sk * d.Sv);
     planned_gam.resize(d.gate_width != 1 ? units_of(d) * max_chunk * d.gate_width : 0);
     planner.resize(d);
+    // A chunk's q and k rows, and v, g and beta rows of every unit (elements of at most 8 bytes).
+    constexpr int64_t element = 8;
+    const int64_t per_token = 2 * PacedPrefetch::lines_of_row(element * d.Sk) +
+                              units_of(d) * (PacedPrefetch::lines_of_row(element * d.Sv) +
+                                             PacedPrefetch::lines_of_row(element * d.gate_width) +
+                                             PacedPrefetch::lines_of_row(element));
+    next_rows.reserve(max_chunk * per_token);
 }
 
 uint64_t ForwardWork::bytes() const {
     return chunk.bytes() + states.size() * sizeof(float) + planned_gam.size() * sizeof(double) +
-           planner.bytes();
+           planner.bytes() + next_rows.bytes();
 }
 
 void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
@@ -46,26 +53,39 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
         const int64_t t1 = w.planner.next_end(t0, kda ? w.planned_gam.data() : nullptr), L = t1 - t0;
         const int64_t next_end = std::min(d.T, t1 + max_len);
         load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, with_out, c);
-        if (with_out) prefetch_rows(a.q, kh, t1, next_end, bq, Sk);
-        prefetch_rows(a.k, kh, t1, next_end, bq, Sk);
+        // The next chunk's rows, in the order it reads them, paced over this chunk's unit steps
+        // (PacedPrefetch: the rows of a whole chunk at once overflow the line-fill buffers).
+        w.next_rows.start(static_cast<int>((unit_end - unit_begin) * (with_out ? 4 : 3)));
+        if (with_out) w.next_rows.add_rows(a.q, kh, t1, next_end, bq, Sk);
+        w.next_rows.add_rows(a.k, kh, t1, next_end, bq, Sk);
         for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
-            prefetch_unit_rows(a.v, a.g, *a.beta, d, unit, t1, next_end);
+            w.next_rows.add_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
+            w.next_rows.add_rows(a.g, unit.h, t1, next_end, unit.b, d.gate_width);
+            w.next_rows.add_rows(a.beta, unit.h, t1, next_end, unit.b, 1);
+        }
+        for (int64_t u = unit_begin; u < unit_end; ++u) {
+            const ChunkUnit unit = group_unit(d, bq, kh, u);
             float *s = w.states.data() + u * area;
             const KnownGates known{kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr, nullptr};
             prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, known, c);
+            w.next_rows.step();
             chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c, with_out);
+            w.next_rows.step();
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch (chunk_deltas wrote its first part), then
                 // streamed to the unit's output rows (contiguous, a token stride apart).
                 float *o = c.o(L);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
+                w.next_rows.step();
                 store_token_rows(o, L, Sv, *a.out, unit.h, t0, unit.b);
             }
             advance_state(s, s, L, c);
+            w.next_rows.step();
             const int64_t slot = d.T - t1;
             if (a.states && slot < d.K) store_state(*a.states, d, unit.h, slot * d.B + unit.b, s, c.state_panel);
         }
+        w.next_rows.finish();
         t0 = t1;
     }
 }

@@ -3,7 +3,7 @@
 #include "cpu/chunk_plan.h"
 #include "cpu/vectorized.h"
 
-// Vec8 below is passed only inside always-inlined helpers: the ABI GCC warns about is never used.
+// Vectors are passed only inside always-inlined helpers: the ABI GCC warns about is never used.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace gdn::cpu {
@@ -11,14 +11,22 @@ namespace gdn::cpu {
 namespace {
 constexpr int lanes = kLanes;
 
-// Eight floats (one AVX register, two SSE or NEON ones); the helpers are always inlined.
-typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
-inline __attribute__((always_inline)) Vec8 load8(const float *p) {
-    Vec8 v;
+// W floats in one vector (8: one AVX register, two SSE or NEON ones; 16: one AVX-512 register),
+// loaded and stored by always-inlined helpers.
+template <int W>
+struct FloatVec {
+    typedef float type __attribute__((vector_size(W * sizeof(float))));
+};
+template <int W>
+inline __attribute__((always_inline)) typename FloatVec<W>::type load_vector(const float *p) {
+    typename FloatVec<W>::type v;
     __builtin_memcpy(&v, p, sizeof v);
     return v;
 }
-inline __attribute__((always_inline)) void store8(float *p, Vec8 v) { __builtin_memcpy(p, &v, sizeof v); }
+template <int W>
+inline __attribute__((always_inline)) void store_vector(float *p, typename FloatVec<W>::type v) {
+    __builtin_memcpy(p, &v, sizeof v);
+}
 }  // namespace
 
 namespace {
@@ -129,10 +137,59 @@ GDN_VECTORIZED void row_dots_f64(int64_t L, int64_t n, const float *a, const flo
     for (int64_t r = 0; r < L; ++r) out[r] = row_dot_f64(a + r * n, b + r * n, n);
 }
 
+namespace {
+// The three dots of gda_gate_terms for `Rows` rows at once, each added up as row_dot_f64 adds it
+// up (the same partial sums, in the same order): a dot of 128 floats ends in 16 dependent adds
+// of its partial sums, and rows taken together give the core 3 x Rows such chains to interleave.
+template <int Rows>
+inline __attribute__((always_inline)) void gate_dots_f64(int64_t n, const float *dqg, const float *q,
+                                                         const float *dkg, const float *dkl, const float *k,
+                                                         double (*out)[3]) {
+    double part[Rows][3][lanes] = {};
+    int64_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+        for (int b = 0; b < Rows; ++b) {
+            const int64_t at = b * n + i;
+            for (int l = 0; l < lanes; ++l) {
+                const double kk = k[at + l];
+                part[b][0][l] += double(dqg[at + l]) * double(q[at + l]);
+                part[b][1][l] += double(dkg[at + l]) * kk;
+                part[b][2][l] += double(dkl[at + l]) * kk;
+            }
+        }
+    for (int b = 0; b < Rows; ++b) {
+        const int64_t at = b * n + i;
+        for (int l = 0; i + l < n; ++l) {
+            const double kk = k[at + l];
+            part[b][0][l] += double(dqg[at + l]) * double(q[at + l]);
+            part[b][1][l] += double(dkg[at + l]) * kk;
+            part[b][2][l] += double(dkl[at + l]) * kk;
+        }
+    }
+    for (int b = 0; b < Rows; ++b)
+        for (int d = 0; d < 3; ++d) {
+            double sum = 0.0;
+            for (int l = 0; l < lanes; ++l) sum += part[b][d][l];
+            out[b][d] = sum;
+        }
+}
+}  // namespace
+
 GDN_VECTORIZED void gda_gate_terms(int64_t L, int64_t n, const float *dqg, const float *q, const float *dkg,
                                    const float *dkl, const float *k, const float *e, const float *f, double *single,
                                    double *link) {
-    for (int64_t r = 0; r < L; ++r) {
+    constexpr int rows = 4;
+    int64_t r = 0;
+    for (; r + rows <= L; r += rows) {
+        const int64_t at = r * n;
+        double dots[rows][3];
+        gate_dots_f64<rows>(n, dqg + at, q + at, dkg + at, dkl + at, k + at, dots);
+        for (int b = 0; b < rows; ++b) {
+            single[r + b] = double(e[r + b]) * (dots[b][0] + dots[b][1]);
+            link[r + b] = double(f[r + b]) * dots[b][2];
+        }
+    }
+    for (; r < L; ++r) {
         const int64_t row = r * n;
         single[r] = double(e[r]) * (row_dot_f64(dqg + row, q + row, n) + row_dot_f64(dkg + row, k + row, n));
         link[r] = double(f[r]) * row_dot_f64(dkl + row, k + row, n);
@@ -187,25 +244,32 @@ GDN_VECTORIZED void axpy(float alpha, const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
-                             int64_t ldx, float *y, int64_t n) {
-    // 64 columns at a time: eight vectors of y stay in registers while every x_j passes.
-    constexpr int width = 8, block = 8 * width;
+namespace {
+
+// add_rows on vectors of W floats: eight of them (W = 8: 64 columns, W = 16: 128) stay in
+// registers while every x_j passes. Each element takes the same terms in the same order whatever
+// W, so the width changes no bits.
+template <int W>
+inline __attribute__((always_inline)) void add_rows_in(float alpha, const float *coef, int64_t coef_stride,
+                                                       int64_t count, const float *x, int64_t ldx, float *y,
+                                                       int64_t n) {
+    using Vec = typename FloatVec<W>::type;
+    constexpr int block = 8 * W;
     int64_t i = 0;
     for (; i + block <= n; i += block) {
-        Vec8 acc[block / width];
-        for (int v = 0; v < block / width; ++v) acc[v] = load8(y + i + v * width);
+        Vec acc[block / W];
+        for (int v = 0; v < block / W; ++v) acc[v] = load_vector<W>(y + i + v * W);
         for (int64_t j = 0; j < count; ++j) {
             const float a = alpha * coef[j * coef_stride];
             const float *xj = x + j * ldx + i;
-            for (int v = 0; v < block / width; ++v) acc[v] += a * load8(xj + v * width);
+            for (int v = 0; v < block / W; ++v) acc[v] += a * load_vector<W>(xj + v * W);
         }
-        for (int v = 0; v < block / width; ++v) store8(y + i + v * width, acc[v]);
+        for (int v = 0; v < block / W; ++v) store_vector<W>(y + i + v * W, acc[v]);
     }
-    for (; i + width <= n; i += width) {
-        Vec8 acc = load8(y + i);
-        for (int64_t j = 0; j < count; ++j) acc += (alpha * coef[j * coef_stride]) * load8(x + j * ldx + i);
-        store8(y + i, acc);
+    for (; i + W <= n; i += W) {
+        Vec acc = load_vector<W>(y + i);
+        for (int64_t j = 0; j < count; ++j) acc += (alpha * coef[j * coef_stride]) * load_vector<W>(x + j * ldx + i);
+        store_vector<W>(y + i, acc);
     }
     for (; i < n; ++i) {
         float acc = y[i];
@@ -213,6 +277,50 @@ GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride
         y[i] = acc;
     }
 }
+
+}  // namespace
+
+#if GDN_VECTORIZED_CLONES
+// add_rows on x86-64: 16-float vectors on AVX-512 (one register each; the 8-float form left
+// half of every register and of every load unused there, in the triangles' diagonal blocks and
+// the substitutions), 8-float ones in the AVX2 and baseline builds (their code as it was), chosen
+// once at load time as GDN_VECTORIZED's clones are.
+namespace {
+using AddRows = void (*)(float, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t);
+__attribute__((target("arch=x86-64-v4"))) void add_rows_avx512(float alpha, const float *coef, int64_t coef_stride,
+                                                               int64_t count, const float *x, int64_t ldx, float *y,
+                                                               int64_t n) {
+    add_rows_in<16>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+__attribute__((target("arch=x86-64-v3"))) void add_rows_avx2(float alpha, const float *coef, int64_t coef_stride,
+                                                             int64_t count, const float *x, int64_t ldx, float *y,
+                                                             int64_t n) {
+    add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+void add_rows_baseline(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
+                       int64_t ldx, float *y, int64_t n) {
+    add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+}  // namespace
+
+extern "C" {
+// The ifunc resolver (named in C, as the attribute below needs), run once as the library loads.
+static AddRows gdn_cpu_add_rows_resolver() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4")) return add_rows_avx512;
+    if (__builtin_cpu_supports("x86-64-v3")) return add_rows_avx2;
+    return add_rows_baseline;
+}
+}
+
+void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x, int64_t ldx,
+              float *y, int64_t n) __attribute__((ifunc("gdn_cpu_add_rows_resolver")));
+#else
+GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
+                             int64_t ldx, float *y, int64_t n) {
+    add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
+#endif
 
 GDN_VECTORIZED void decayed_lower(const float *gram, const float *decay, int64_t L, bool with_diagonal, float *out) {
     for (int64_t r = 0; r < L; ++r) {

@@ -46,12 +46,12 @@ void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_sc
 int64_t gemm_pack_floats(int64_t k);
 
 // Columns of C the narrowest micro-tile of the kernel in use covers (16 for AVX2, 32 for AVX-512,
-// whose products with no side of 32 or less take 64-column tiles): callers that cut a product into
-// column blocks keep them multiples of it.
+// whose products with more than 32 rows and columns of C take 64-column tiles): callers that cut
+// a product into column blocks keep them multiples of it.
 int64_t gemm_panel_width();
 // Columns of the widest micro-tile (the same as gemm_panel_width but for AVX-512: 64): a product
-// with no side under it takes that tile, so a matrix kept in panels of this width is read in
-// place by such products (the forward's [Qg; Kg] S0; chunk_core.h, StatePanels).
+// with m and n over the narrow width takes that tile, so a matrix kept in panels of this width is
+// read in place by such products (the forward's [Qg; Kg] S0; chunk_core.h, StatePanels).
 int64_t gemm_wide_panel_width();
 
 // The kernel in use: "avx512", "avx2" or "sse2" on x86-64, "neon" on AArch64, "generic" elsewhere.

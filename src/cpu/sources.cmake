@@ -13,6 +13,7 @@ set(GDN_CPU_SOURCES
   cpu/token_block.cpp
   cpu/token_rows.cpp
   cpu/chunk_forward.cpp
+  cpu/paced_prefetch.cpp
   cpu/chunk_backward.cpp
   cpu/backward_steps.cpp
   cpu/backward_schedule.cpp

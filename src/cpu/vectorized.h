@@ -8,8 +8,10 @@
 // (the process crashes), so a TSan build takes the baseline code only.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define GDN_VECTORIZED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define GDN_VECTORIZED_CLONES 1  // where a function's clones may also be written out by hand
 #else
 #define GDN_VECTORIZED
+#define GDN_VECTORIZED_CLONES 0
 #endif
 
 namespace gdn::cpu {

@@ -247,7 +247,7 @@ TEST(CpuGemm, LowerProductIsTheFullProductsLowerTriangle) {
                 gdn::cpu::gemm(L, L, n, 1.0f, gdn::cpu::rows(a.data(), n), gdn::cpu::transposed(b.data(), n), 0.0f,
                                full.data(), L, pack.data());
                 gdn::cpu::ChunkScratch scratch;  // F32 products (not the bf16 mode), on this pack
-                scratch.pack = pack;
+                scratch.pack.assign(pack.begin(), pack.end());
                 gdn::cpu::lower_product(L, n, a.data(), b.data(), lower.data(), scratch);
                 for (int64_t r = 0; r < L; ++r)
                     for (int64_t s = 0; s < L; ++s) {
