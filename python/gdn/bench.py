@@ -17,6 +17,15 @@ by the runs over what the process held before them (inputs built, libraries set 
 run; MB), and for gdn the canonical GFLOP/s (forward 8 Sk Sv, backward 24 Sk Sv per token
 and value head).
 
+``--alternated`` times instead the three ways gdn.torch can run a bf16 model's call, in one
+process, alternated call by call with the first of each round rotating, so that whatever else
+the machine does weighs on all alike: float32 inputs, the bfloat16 inputs with
+precision="exact", and with precision="bf16"; each row gives the medians (and ranges) and the
+per-round time ratios. ``--flush-denormal`` runs it with subnormal floats flushed to zero
+(``torch.set_flush_denormal``, set before gdn's threads start, which inherit it): a model's
+strong decays (g down to about -76) make subnormal float32 intermediates, which the x86 cores
+compute on at a fraction of their speed.
+
 Decoding as a server runs it: one token (T = 1) for each of B requests whose states sit in a
 pool in FLA's layout ``[2B, HV, K, V]``, at reversed slots with gaps, updated in place:
 ``gdn.torch.fused_recurrent_gated_delta_rule(..., ssm_state_indices=...)`` against the C API on
@@ -152,6 +161,57 @@ def _overhead_worker(T, backward, threads, min_time, min_runs):
     import torch
     torch.set_num_threads(threads)
     _alternately(_runner("c-api", T, backward), _runner("gdn.torch-raw", T, backward), min_time, min_runs)
+
+
+# The --alternated rows: gdn.torch on one bf16 model's call three ways (names as in _runner).
+ALTERNATED = (("f32", "gdn"), ("bf16 exact", "gdn-bf16"), ("bf16 mode", "gdn-bf16-mode"))
+
+
+def _alternated_worker(T, backward, threads, min_time, min_runs, flush_denormal):
+    import torch
+    if flush_denormal and not torch.set_flush_denormal(True):
+        raise RuntimeError("--flush-denormal: this CPU cannot flush subnormals (torch.set_flush_denormal)")
+    torch.set_num_threads(threads)
+    runs = [_runner(impl, T, backward) for _, impl in ALTERNATED]
+    for run in runs:
+        run()  # warm-up: first-touch allocations, workspace
+    times = [[] for _ in runs]
+    start = time.perf_counter()
+    while len(times[0]) < min_runs or time.perf_counter() - start < min_time:
+        first = len(times[0]) % len(runs)
+        for i in [(first + j) % len(runs) for j in range(len(runs))]:
+            t0 = time.perf_counter()
+            runs[i]()
+            times[i].append((time.perf_counter() - t0) * 1e3)
+    print(json.dumps(dict(times=times)))
+
+
+def _spread(values, fmt):
+    """median (min-max) of values, each formatted with fmt."""
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def _alternated_table(args):
+    flush = " --flush-denormal" if args.flush_denormal else ""
+    print(f"gdn.torch, bf16 model inputs (Qwen3.5-27B delta-net shape, B = 1, q and k normalised by the op, "
+          f"g = -exp(A_log) softplus(a + dt_bias)), {args.threads} threads, subnormals {'flushed' if flush else 'kept'}: float32 inputs, "
+          f"bfloat16 with precision exact, bfloat16 with precision bf16, alternated call by call in one process")
+    print()
+    print("| T | pass | rounds | f32 ms | bf16 exact ms | bf16 mode ms | bf16 exact / f32 time | f32 / bf16 mode time |")
+    print("|---|---|---|---|---|---|---|---|")
+    for T in args.tokens:
+        for backward in (False, True):
+            cmd = [sys.executable, "-m", "gdn.bench", "--worker", "alternated", str(T), "1" if backward else "0",
+                   "--threads", str(args.threads), "--min-time", str(args.min_time), "--min-runs",
+                   str(args.min_runs)] + ([flush.strip()] if flush else [])
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"alternated T={T} failed:\n{done.stderr[-2000:]}")
+            f32, exact, mode = json.loads(done.stdout.strip().splitlines()[-1])["times"]
+            print(f"| {T} | {'fwd+bwd' if backward else 'fwd'} | {len(f32)} | {_spread(f32, '.1f')} "
+                  f"| {_spread(exact, '.1f')} | {_spread(mode, '.1f')} "
+                  f"| {_spread([e / f for e, f in zip(exact, f32)], '.2f')} "
+                  f"| {_spread([f / m for f, m in zip(f32, mode)], '.2f')} |", flush=True)
 
 
 def _decode_inputs(B, seed=0):
@@ -293,16 +353,27 @@ def main(argv=None):
                         help="B values of the decoding rows (default 1 16; none: no decoding rows)")
     parser.add_argument("--overhead-only", action="store_true", help="only the binding's cost (no transformers)")
     parser.add_argument("--no-bf16", action="store_true", help="no bfloat16 table")
+    parser.add_argument("--alternated", action="store_true",
+                        help="only gdn.torch on float32, bfloat16 exact and bfloat16 mode, alternated call by call")
+    parser.add_argument("--flush-denormal", action="store_true",
+                        help="with --alternated: subnormal floats flushed to zero (torch.set_flush_denormal)")
     parser.add_argument("--worker", nargs=3, metavar=("IMPL", "T", "BACKWARD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.flush_denormal and not (args.alternated or args.worker):
+        parser.error("--flush-denormal applies to --alternated")
     if args.worker:
         impl, T, backward = args.worker
+        if impl == "alternated":
+            return _alternated_worker(int(T), backward == "1", args.threads, args.min_time, args.min_runs,
+                                      args.flush_denormal)
         if impl == "overhead":
             return _overhead_worker(int(T), backward == "1", args.threads, args.min_time, args.min_runs)
         if impl in ("decode", "decode-chunk"):
             return _decode_worker(int(T), args.threads, args.min_time, args.min_runs,
                                   "fused" if impl == "decode" else "chunk")
         return _worker(impl, int(T), backward == "1", args.threads, args.min_time, args.min_runs)
+    if args.alternated:
+        return _alternated_table(args)
 
     print(f"gdn.bench: Qwen3.5-27B delta-net shape (Hk {SHAPE['H']}, Hv {SHAPE['HV']}, head size {SHAPE['K']}), "
           f"B = 1, float32, {args.threads} threads; each cell its own process")

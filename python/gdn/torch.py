@@ -243,29 +243,34 @@ _HALF = (torch.bfloat16, torch.float16)
 
 
 def _fused_rows(x):
-    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.numel() > 0
+    """Whether the extension's one-pass normalisation takes x: a host tensor of a floating dtype
+    the library knows, its rows contiguous."""
+    return (x.device.type == "cpu" and x.dtype in _CALL_DTYPES and x.numel() > 0
             and (x.shape[-1] == 1 or x.stride(-1) == 1))
 
 
 def _normalized(x):
-    """x with every row (last dimension) divided by its norm, in a fresh tensor. bfloat16 and
-    float16 rows are normalised in float32 and rounded once to their dtype, as FLA's kernel does."""
-    if x.dtype in _HALF:
-        return _normalized(x.float()).to(x.dtype)
+    """x with every row (last dimension) divided by its norm, in a fresh tensor of x's dtype.
+    bfloat16 and float16 rows are normalised in float32 and rounded once to their dtype, as FLA's
+    kernel does: on the host read and written in place by the extension (no float32 copy),
+    elsewhere through a float32 copy."""
     if _fused_rows(x):
         y = _empty(x.shape, x)
         _gdn.l2norm_rows(x, y, _L2NORM_EPS, torch.get_num_threads())
         return y
+    if x.dtype in _HALF:
+        return _normalized(x.float()).to(x.dtype)
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + _L2NORM_EPS)
 
 
 def _normalized_backward(x, dy):
-    """The gradient at x through _normalized, given the output's gradient dy (overwritten)."""
-    if x.dtype in _HALF:
-        return _normalized_backward(x.float(), dy.float()).to(x.dtype)
-    if _fused_rows(x) and dy.is_contiguous():
+    """The gradient at x through _normalized, given the output's gradient dy (overwritten when x and
+    dy are host tensors of one dtype; for bfloat16 and float16, computed in float32 and rounded once)."""
+    if _fused_rows(x) and dy.dtype == x.dtype and dy.is_contiguous():
         _gdn.l2norm_rows_backward(x, dy, _L2NORM_EPS, torch.get_num_threads())
         return dy
+    if x.dtype in _HALF:
+        return _normalized_backward(x.float(), dy.float()).to(x.dtype)
     inv = torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + _L2NORM_EPS)
     return inv * dy - x * (inv ** 3 * (x * dy).sum(dim=-1, keepdim=True))
 

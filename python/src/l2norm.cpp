@@ -5,15 +5,21 @@
 // and each fresh 30-MB temporary costs page faults; here one pass writes y, and the backward
 // turns dy into dx in place. Sums are kept in double (an exact-enough sum of 128 squares); x and
 // y may have any strides over the leading dimensions but are contiguous along a row.
+// bfloat16 and float16 rows are read in place, computed on in float32 and rounded once as they
+// are written: the float32 call's bits on the converted values, rounded to the row's type (what
+// FLA's kernel does, with no float32 copy of q and k in between).
 #include "l2norm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "math/elements.h"  // the library's bf16/f16 conversions: exact reads, rounding once
 
 namespace gdn_python {
 namespace {
@@ -72,42 +78,89 @@ void for_each_row(const Rows<T> &x, const Rows<T> &y, int threads, const RowFn &
     });
 }
 
-template <class T>
-void normalize(const Rows<T> &x, const Rows<T> &y, double eps, int threads) {
+// How a row element of each type is read and written. Acc is what the row is computed in: the
+// type itself for float32 and float64, float32 for the halves (their conversions are exact both
+// ways but the final rounding, so the arithmetic is the float32 call's).
+struct F32 {
+    using Storage = float;
+    using Acc = float;
+    static Acc load(Storage x) { return x; }
+    static Storage store(Acc x) { return x; }
+};
+struct F64 {
+    using Storage = double;
+    using Acc = double;
+    static Acc load(Storage x) { return x; }
+    static Storage store(Acc x) { return x; }
+};
+struct BF16 {
+    using Storage = uint16_t;
+    using Acc = float;
+    static Acc load(Storage x) { return gdn::bf16_to_float(x); }
+    static Storage store(Acc x) { return gdn::float_to_bf16(x); }
+};
+struct F16 {
+    using Storage = uint16_t;
+    using Acc = float;
+    static Acc load(Storage x) { return gdn::f16_to_float(x); }
+    static Storage store(Acc x) { return gdn::float_to_f16(x); }
+};
+
+template <class E>
+void normalize(const Rows<typename E::Storage> &x, const Rows<typename E::Storage> &y, double eps, int threads) {
+    using S = typename E::Storage;
+    using Acc = typename E::Acc;
     const int64_t n = x.n;
-    for_each_row(x, y, threads, [&](const T *xr, T *yr) {
+    for_each_row(x, y, threads, [&](const S *xr, S *yr) {
         double sum = 0.0;
-        for (int64_t j = 0; j < n; ++j) sum += double(xr[j]) * double(xr[j]);
-        const T inv = static_cast<T>(1.0 / std::sqrt(sum + eps));
-        for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * inv;
+        for (int64_t j = 0; j < n; ++j) {
+            const double xj = E::load(xr[j]);
+            sum += xj * xj;
+        }
+        const Acc inv = static_cast<Acc>(1.0 / std::sqrt(sum + eps));
+        for (int64_t j = 0; j < n; ++j) yr[j] = E::store(E::load(xr[j]) * inv);
     });
 }
 
-template <class T>
-void normalize_backward(const Rows<T> &x, const Rows<T> &dy, double eps, int threads) {
+template <class E>
+void normalize_backward(const Rows<typename E::Storage> &x, const Rows<typename E::Storage> &dy, double eps,
+                        int threads) {
+    using S = typename E::Storage;
+    using Acc = typename E::Acc;
     const int64_t n = x.n;
-    for_each_row(x, dy, threads, [&](const T *xr, T *gr) {
+    for_each_row(x, dy, threads, [&](const S *xr, S *gr) {
         double sum = 0.0, dot = 0.0;
         for (int64_t j = 0; j < n; ++j) {
-            sum += double(xr[j]) * double(xr[j]);
-            dot += double(xr[j]) * double(gr[j]);
+            const double xj = E::load(xr[j]);
+            sum += xj * xj;
+            dot += xj * double(E::load(gr[j]));
         }
         const double inv = 1.0 / std::sqrt(sum + eps);
-        const T a = static_cast<T>(inv), b = static_cast<T>(inv * inv * inv * dot);
-        for (int64_t j = 0; j < n; ++j) gr[j] = a * gr[j] - b * xr[j];
+        const Acc a = static_cast<Acc>(inv), b = static_cast<Acc>(inv * inv * inv * dot);
+        for (int64_t j = 0; j < n; ++j) gr[j] = E::store(a * E::load(gr[j]) - b * E::load(xr[j]));
     });
 }
 
+enum class Kind { F32, F64, BF16, F16 };
+
 // x and y: host arrays of one floating type, the same shape (1 to 4 dimensions), rows contiguous.
-bool is_f64(const InArray &x, const OutArray &y, const char *what) {
+Kind checked_kind(const InArray &x, const OutArray &y, const char *what) {
     using nb::dlpack::dtype_code;
-    auto kind = [](const auto &a) {
+    auto kind = [](const auto &a) -> std::optional<Kind> {
         const auto dt = a.dtype();
-        if (dt.code != static_cast<uint8_t>(dtype_code::Float) || dt.lanes != 1 || (dt.bits != 32 && dt.bits != 64)) return 0;
-        return int(dt.bits);
+        if (dt.lanes != 1) return std::nullopt;
+        if (dt.code == static_cast<uint8_t>(dtype_code::Float)) {
+            if (dt.bits == 32) return Kind::F32;
+            if (dt.bits == 64) return Kind::F64;
+            if (dt.bits == 16) return Kind::F16;
+        }
+        if (dt.code == static_cast<uint8_t>(dtype_code::Bfloat) && dt.bits == 16) return Kind::BF16;
+        return std::nullopt;
     };
-    if (kind(x) == 0 || kind(x) != kind(y))
-        throw nb::type_error((std::string(what) + ": float32 or float64 arrays of one type").c_str());
+    const auto kx = kind(x);
+    if (!kx || kx != kind(y))
+        throw nb::type_error(
+            (std::string(what) + ": float32, float64, bfloat16 or float16 arrays of one type").c_str());
     if (x.ndim() < 1 || x.ndim() > 4 || x.ndim() != y.ndim())
         throw nb::value_error((std::string(what) + ": arrays of 1 to 4 dimensions, both the same").c_str());
     for (size_t i = 0; i < x.ndim(); ++i)
@@ -120,21 +173,36 @@ bool is_f64(const InArray &x, const OutArray &y, const char *what) {
     for (size_t i = 0; i < last; ++i)
         if (y.shape(i) > 1 && y.stride(i) == 0)
             throw nb::value_error((std::string(what) + ": the output's rows overlap (a stride of 0)").c_str());
-    return kind(x) == 64;
+    return *kx;
+}
+
+// Calls fn(E{}) with the element type E of kind.
+template <class Fn>
+void by_kind(Kind kind, const Fn &fn) {
+    switch (kind) {
+        case Kind::F64: return fn(F64{});
+        case Kind::BF16: return fn(BF16{});
+        case Kind::F16: return fn(F16{});
+        default: return fn(F32{});
+    }
 }
 
 void l2norm_rows(const InArray &x, const OutArray &y, double eps, int threads) {
-    const bool f64 = is_f64(x, y, "l2norm_rows");
+    const Kind kind = checked_kind(x, y, "l2norm_rows");
     nb::gil_scoped_release unlocked;
-    if (f64) normalize(rows_of<double>(x), rows_of<double>(y), eps, threads);
-    else normalize(rows_of<float>(x), rows_of<float>(y), eps, threads);
+    by_kind(kind, [&](auto e) {
+        using E = decltype(e);
+        normalize<E>(rows_of<typename E::Storage>(x), rows_of<typename E::Storage>(y), eps, threads);
+    });
 }
 
 void l2norm_rows_backward(const InArray &x, const OutArray &dy, double eps, int threads) {
-    const bool f64 = is_f64(x, dy, "l2norm_rows_backward");
+    const Kind kind = checked_kind(x, dy, "l2norm_rows_backward");
     nb::gil_scoped_release unlocked;
-    if (f64) normalize_backward(rows_of<double>(x), rows_of<double>(dy), eps, threads);
-    else normalize_backward(rows_of<float>(x), rows_of<float>(dy), eps, threads);
+    by_kind(kind, [&](auto e) {
+        using E = decltype(e);
+        normalize_backward<E>(rows_of<typename E::Storage>(x), rows_of<typename E::Storage>(dy), eps, threads);
+    });
 }
 
 }  // namespace

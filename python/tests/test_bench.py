@@ -91,3 +91,21 @@ def test_bench_prints_every_table():
     decoding = [line for line in done.stdout.splitlines() if line.startswith(("| fused_recurrent | 2 | 1 |",
                                                                                  "| chunk | 2 | 1 |"))]
     assert len(decoding) == 2, done.stdout
+
+
+def test_alternated_rows_time_the_three_calls():
+    """--alternated: one row per T and pass, every cell a median with its range; with
+    --flush-denormal too (where the CPU can flush subnormals)."""
+    can_flush = torch.set_flush_denormal(True)
+    torch.set_flush_denormal(False)
+    for extra in [[]] + ([["--flush-denormal"]] if can_flush else []):
+        done = subprocess.run([sys.executable, "-m", "gdn.bench", "--alternated", "--tokens", "8", "--min-time", "0",
+                               "--min-runs", "2", "--threads", "1", *extra], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr
+        rows = [line for line in done.stdout.splitlines() if line.startswith("| 8 |")]
+        assert len(rows) == 2, done.stdout
+        for row in rows:
+            cells = row.strip("| ").split(" | ")
+            assert cells[2] == "2" and all("(" in c and "-" in c for c in cells[3:]), row
+        assert ("flushed" if extra else "kept") in done.stdout

@@ -9,6 +9,7 @@ for the backward.
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 import gdn
 import gdn.torch as gt
@@ -180,6 +181,41 @@ def test_packed_bf16_views_reach_the_library_in_place_and_are_saved_as_given(mon
     assert torch.equal(o, o_c)
     for x, c in zip((qkv, g, beta), copies):
         assert torch.equal(x.grad, c.grad)
+
+
+def _allocations_of_at_least(nbytes, fn):
+    """How many host allocations of nbytes or more fn makes (the profiler attributes each to the
+    op that made it)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.self_cpu_memory_usage >= nbytes)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_l2norm_of_half_rows_is_the_float32_result_rounded_once_with_no_float32_copy(dtype):
+    """use_qk_l2norm_in_kernel on bfloat16/float16 q or k (a strided view of a packed projection):
+    the extension reads the rows in place and computes in float32, so its bits are those of the
+    float32 normalisation of the same values rounded once to the dtype, forward and backward; and
+    no float32 copy of the rows is made (the output is the one allocation of the rows' size, the
+    backward none, overwriting the gradient it is given)."""
+    gen = torch.Generator().manual_seed(21)
+    packed = torch.randn(2, 37, 3 * 4 * 16, generator=gen).to(dtype)
+    x = packed[..., 16:16 + 4 * 16].unflatten(-1, (4, 16))  # [B, T, H, K], rows 192 elements apart
+    x[0, 5, 2] = 0.0  # a zero row: eps keeps it finite
+    x[1, 3, 1] *= 300.0  # large and tiny rows: the sum of squares is formed in double either way
+    x[1, 4, 0] *= 1e-3
+    before = x.clone()
+    dy = torch.randn(x.shape, generator=gen).to(dtype)
+    y = gt._normalized(x)
+    assert y.dtype == dtype and torch.equal(y, gt._normalized(x.float()).to(dtype))
+    dx = gt._normalized_backward(x, dy.clone())
+    assert dx.dtype == dtype and torch.equal(dx, gt._normalized_backward(x.float(), dy.float()).to(dtype))
+    assert torch.equal(x, before)
+
+    float32_bytes = x.numel() * 4
+    assert _allocations_of_at_least(float32_bytes // 2, lambda: gt._normalized(x)) == 1
+    grad = dy.clone()
+    assert _allocations_of_at_least(float32_bytes // 2, lambda: gt._normalized_backward(x, grad)) == 0
 
 
 def test_float16_gate_is_converted_alone(monkeypatch):
