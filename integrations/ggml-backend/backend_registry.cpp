@@ -4,13 +4,22 @@
 // library; an ACCEL device is one the scheduler gives only the ops it supports, on buffers of
 // the CPU's type, so nothing is copied and everything else stays on the CPU backend.
 //
-// Threads: gdn's own pool, of the count ggml_backend_set_n_threads gives (llama.cpp passes its
-// -t / -tb) unless the environment variable GDN_GGML_THREADS fixes it; 0 or unset = all cores.
-// The results do not depend on the count (gdn's cpu backend gives the same bits for any).
+// Threads: a node runs as shares (gdn_forward_share, rows for L2_NORM) on an OpenMP team of the
+// count ggml_backend_set_n_threads gives (llama.cpp passes its -t / -tb), unless the environment
+// variable GDN_GGML_THREADS fixes it; 0 or unset = OpenMP's default (all cores). ggml's CPU
+// backend runs on OpenMP too (llama.cpp's default build): the same team of threads then takes
+// turns between the two backends. A pool of gdn's own beside it was measured slower: ggml's
+// OpenMP threads spin after each of its graph parts, on the cores gdn's threads needed
+// (docs/PERF.md). The results do not depend on the count (gdn's shares give the same bits for
+// any).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include <omp.h>
 
 #include <ggml-backend-impl.h>
 #include <ggml-backend.h>
@@ -42,29 +51,30 @@ int threads_from_environment() {
     return static_cast<int>(n);
 }
 
-// One backend (stream): its gdn context, made when first needed and again when the thread
-// count changes (a context owns its pool).
+// One backend (stream): the thread count it was given and the gdn context its shares run on
+// (one thread of its own: the work runs on the OpenMP team; each thread keeps its scratch).
 struct Backend {
     int n_threads = 0;
     gdn_context *ctx = nullptr;
-    int ctx_threads = -1;
+    std::vector<gdn_status> share_status;  // each share's outcome and message, by thread
+    std::vector<std::string> share_why;
 
     ~Backend() { gdn_context_free(ctx); }
 
-    gdn_context *context(std::string &why) {
+    int threads() const {
         const int fixed = threads_from_environment();
         const int want = fixed >= 0 ? fixed : n_threads;
-        if (ctx != nullptr && ctx_threads == want) return ctx;
-        gdn_context_free(ctx);
-        ctx = nullptr;
+        return std::min(want > 0 ? want : omp_get_max_threads(), GDN_MAX_THREADS);
+    }
+
+    gdn_context *context(std::string &why) {
+        if (ctx != nullptr) return ctx;
         gdn_context_params params = gdn_context_default_params();
-        params.n_threads = want;
+        params.n_threads = 1;
         if (gdn_context_create("cpu", &params, &ctx) != GDN_OK) {
             why = gdn_last_create_error();
             ctx = nullptr;
-            return nullptr;
         }
-        ctx_threads = want;
         return ctx;
     }
 };
@@ -81,25 +91,49 @@ void backend_free(ggml_backend_t backend) {
     delete backend;
 }
 
+bool compute_delta_net(Backend &self, ggml_tensor *node) {
+    std::string why;
+    gdn_context *ctx = self.context(why);
+    gdn_status status = ctx == nullptr ? GDN_ERROR_BACKEND : delta_net_prepare(node, why);
+    if (status == GDN_OK) {
+        const int nth = self.threads();
+        self.share_status.assign(nth, GDN_OK);  // sized once per thread count: no allocation per call
+        self.share_why.resize(nth);
+        int team = nth;
+#pragma omp parallel num_threads(nth)
+        {
+            const int ith = omp_get_thread_num();
+            if (ith == 0) team = omp_get_num_threads();  // OpenMP may give fewer threads than asked
+            self.share_status[ith] = delta_net_share(ctx, node, ith, omp_get_num_threads(), self.share_why[ith]);
+        }
+        for (int i = 0; i < team && status == GDN_OK; ++i)
+            if (self.share_status[i] != GDN_OK) {
+                status = self.share_status[i];
+                why = self.share_why[i];
+            }
+    }
+    if (status != GDN_OK)
+        std::fprintf(stderr, "ggml-gdn: %s (\"%s\"): %s: %s\n", ggml_op_desc(node), node->name, gdn_status_string(status),
+                     why.c_str());
+    return status == GDN_OK;
+}
+
+void compute_l2_norm(Backend &self, ggml_tensor *node) {
+#pragma omp parallel num_threads(self.threads())
+    l2_norm_share(node, omp_get_thread_num(), omp_get_num_threads());
+}
+
 ggml_status graph_compute(ggml_backend_t backend, ggml_cgraph *graph) {
-    Backend *self = static_cast<Backend *>(backend->context);
+    Backend &self = *static_cast<Backend *>(backend->context);
     for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
         ggml_tensor *node = ggml_graph_node(graph, i);
         if ((node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || is_layout_only(node)) continue;
-        std::string why;
         switch (node->op) {
-            case GGML_OP_GATED_DELTA_NET: {
-                gdn_context *ctx = self->context(why);
-                const gdn_status s = ctx == nullptr ? GDN_ERROR_BACKEND : delta_net_compute(ctx, node, why);
-                if (s != GDN_OK) {
-                    std::fprintf(stderr, "ggml-gdn: %s (\"%s\"): %s: %s\n", ggml_op_desc(node), node->name,
-                                 gdn_status_string(s), why.c_str());
-                    return GGML_STATUS_FAILED;
-                }
+            case GGML_OP_GATED_DELTA_NET:
+                if (!compute_delta_net(self, node)) return GGML_STATUS_FAILED;
                 break;
-            }
             case GGML_OP_L2_NORM:
-                l2_norm_compute(node);
+                compute_l2_norm(self, node);
                 break;
             default:
                 std::fprintf(stderr, "ggml-gdn: %s (\"%s\") is not an op this backend computes\n", ggml_op_desc(node),

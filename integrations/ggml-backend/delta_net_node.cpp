@@ -84,7 +84,7 @@ bool delta_net_supported(const ggml_tensor *node, std::string &why) {
     return check(p, out, why) == GDN_OK;
 }
 
-gdn_status delta_net_compute(gdn_context *ctx, ggml_tensor *node, std::string &why) {
+gdn_status delta_net_prepare(ggml_tensor *node, std::string &why) {
     if (!all_f32(node)) {
         why = "GATED_DELTA_NET: gdn's ggml backend takes F32 tensors";
         return GDN_ERROR_TYPE;
@@ -92,10 +92,18 @@ gdn_status delta_net_compute(gdn_context *ctx, ggml_tensor *node, std::string &w
     gdn_problem p;
     ForwardOutputs out;
     int64_t K;
+    const gdn_status s = call_of(node, false, p, out, K, why);
+    if (s == GDN_OK) zero_unwritten_slots(p, K, out);  // before the shares: they write other slots only
+    return s;
+}
+
+gdn_status delta_net_share(gdn_context *ctx, ggml_tensor *node, int ith, int nth, std::string &why) {
+    gdn_problem p;
+    ForwardOutputs out;
+    int64_t K;
     gdn_status s = call_of(node, false, p, out, K, why);
     if (s != GDN_OK) return s;
-    zero_unwritten_slots(p, K, out);
-    s = gdn_forward(ctx, &p, &out.out, &out.states);
+    s = gdn_forward_share(ctx, &p, &out.out, &out.states, ith, nth);
     if (s != GDN_OK) why = gdn_last_error(ctx);
     return s;
 }

@@ -20,12 +20,17 @@ bool is_layout_only(const ggml_tensor *node);
 
 // GGML_OP_GATED_DELTA_NET: checks the node as gdn would compute it (addresses need not exist).
 bool delta_net_supported(const ggml_tensor *node, std::string &why);
-// Computes the node on `ctx` (gdn's cpu backend with the backend's threads).
-gdn_status delta_net_compute(gdn_context *ctx, ggml_tensor *node, std::string &why);
+// Before the shares of a node: checks what only its memory shows and zeroes the state slots
+// that T < K leaves unwritten.
+gdn_status delta_net_prepare(ggml_tensor *node, std::string &why);
+// Share ith of nth of the node's forward (gdn_forward_share on `ctx`, a cpu context): the node is
+// computed once every share has returned GDN_OK, the same bits for every nth.
+gdn_status delta_net_share(gdn_context *ctx, ggml_tensor *node, int ith, int nth, std::string &why);
 
 // GGML_OP_L2_NORM: y = x / max(||x||, eps) per row, computed as ggml's CPU backend does (the
 // sum of squares in double), so the bits are the same.
 bool l2_norm_supported(const ggml_tensor *node);
-void l2_norm_compute(ggml_tensor *node);
+// Rows ith, ith + nth, ... of the node.
+void l2_norm_share(ggml_tensor *node, int ith, int nth);
 
 }  // namespace ggml_gdn
