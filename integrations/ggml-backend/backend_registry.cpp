@@ -8,10 +8,9 @@
 // count ggml_backend_set_n_threads gives (llama.cpp passes its -t / -tb), unless the environment
 // variable GDN_GGML_THREADS fixes it; 0 or unset = OpenMP's default (all cores). ggml's CPU
 // backend runs on OpenMP too (llama.cpp's default build): the same team of threads then takes
-// turns between the two backends. A pool of gdn's own beside it was measured slower: ggml's
-// OpenMP threads spin after each of its graph parts, on the cores gdn's threads needed
-// (docs/PERF.md). The results do not depend on the count (gdn's shares give the same bits for
-// any).
+// turns between the two backends rather than two pools competing for the cores (ggml's OpenMP
+// threads spin a while after each of its graph parts). The results do not depend on the count
+// (gdn's shares give the same bits for any).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
