@@ -7,24 +7,16 @@
 // (gdn_forward_share: per-thread scratch, so graphs computed concurrently do not race).
 #include "gdn/gdn_ggml.h"
 
-#include <cmath>
-#include <cstdarg>
+#include "ggml_problem.h"
+
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
 
 namespace {
 
-std::string format(const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return buf;
-}
+using namespace gdn_ggml;
 
 void put(char *why, size_t size, const std::string &msg) {
     if (why != nullptr && size > 0) std::snprintf(why, size, "%s", msg.c_str());
@@ -48,47 +40,7 @@ gdn_status reported(char *why, size_t why_size, Check &&check) noexcept {
     }
 }
 
-gdn_status convert(const ggml_tensor *t, const char *role, gdn_tensor &out, std::string &why) {
-    if (t == nullptr) {
-        why = format("%s is NULL", role);
-        return GDN_ERROR_INVALID_ARGUMENT;
-    }
-    switch (t->type) {
-        case GGML_TYPE_F32: out.type = GDN_TYPE_F32; break;
-        case GGML_TYPE_F64: out.type = GDN_TYPE_F64; break;
-        case GGML_TYPE_F16: out.type = GDN_TYPE_F16; break;
-        case GGML_TYPE_BF16: out.type = GDN_TYPE_BF16; break;
-        default:
-            why = format("%s (\"%s\") has ggml type %s; gdn takes f32, f64, f16 and bf16 tensors", role, t->name,
-                         ggml_type_name(t->type));
-            return GDN_ERROR_TYPE;
-    }
-    out.data = t->data;
-    for (int d = 0; d < 4; ++d) {
-        out.ne[d] = t->ne[d];
-        out.nb[d] = static_cast<int64_t>(t->nb[d]);
-    }
-    return GDN_OK;
-}
-
-// A contiguous F32 tensor of the given shape at `data`.
-gdn_tensor contiguous(void *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
-    gdn_tensor t{};
-    t.data = data;
-    t.type = GDN_TYPE_F32;
-    const int64_t ne[4] = {n0, n1, n2, n3};
-    int64_t stride = sizeof(float);
-    for (int d = 0; d < 4; ++d) {
-        t.ne[d] = ne[d];
-        t.nb[d] = stride;
-        stride *= ne[d];
-    }
-    return t;
-}
-
-// The call a node stands for. When `placeholders` is set (graph-build time, when data may not be
-// allocated yet), every tensor gets a distinct made-up address: gdn's validation is pointer
-// arithmetic, so it judges shapes, strides and types without touching memory.
+// The call a node stands for.
 struct Call {
     gdn_problem p{};
     int64_t K = 1;
@@ -97,45 +49,21 @@ struct Call {
     gdn_grads grads{};                       // backward outputs, views into the packed result
 };
 
-const char *const kRoles[] = {"q", "k", "v", "g", "beta", "state", "d_result"};
-
-void *placeholder(int i) { return reinterpret_cast<void *>(static_cast<uintptr_t>(i + 1) << 40); }
-
-gdn_status load_problem(const ggml_tensor *const src[6], bool placeholders, Call &c, std::string &why) {
-    gdn_tensor *dst[6] = {&c.p.q, &c.p.k, &c.p.v, &c.p.g, &c.p.beta, &c.p.state};
-    for (int i = 0; i < 6; ++i) {
-        const gdn_status s = convert(src[i], kRoles[i], *dst[i], why);
-        if (s != GDN_OK) return s;
-        if (placeholders) dst[i]->data = placeholder(i);
-        else if (dst[i]->data == nullptr) {
-            why = format("%s (\"%s\") has no data", kRoles[i], src[i]->name);
-            return GDN_ERROR_INVALID_ARGUMENT;
-        }
-    }
-    c.p.head_map = GDN_HEAD_MAP_TILED;  // ggml's convention
-    c.p.scale = 1.0f / std::sqrt(static_cast<float>(c.p.v.ne[0]));  // ggml's 1/sqrt(Sv), in float as ggml computes it
-    return GDN_OK;
-}
-
-// Rows of the packed result: T*B rows of o, then K*Sk*B rows of Sv*Hv state elements.
-int64_t packed_rows(const gdn_problem &p, int64_t K) { return p.v.ne[2] * p.v.ne[3] + K * p.q.ne[0] * p.v.ne[3]; }
-
 void set_forward_outputs(Call &c, float *result) {
-    const gdn_problem &p = c.p;
-    const int64_t Sk = p.q.ne[0], Sv = p.v.ne[0], Hv = p.v.ne[1], T = p.v.ne[2], B = p.v.ne[3];
-    c.out = contiguous(result, Sv, Hv, T, B);
-    c.states = contiguous(result + Sv * Hv * T * B, Sk, Sv, Hv, B * c.K);
+    const ForwardOutputs o = forward_outputs(c.p, c.K, result);
+    c.out = o.out;
+    c.states = o.states;
 }
 
 void set_backward_tensors(Call &c, float *d_result, float *packed) {
     const gdn_problem &p = c.p;
     const int64_t Sk = p.q.ne[0], Sv = p.v.ne[0], Hv = p.v.ne[1], T = p.v.ne[2], B = p.v.ne[3];
-    c.d_out = contiguous(d_result, Sv, Hv, T, B);
-    c.d_states = contiguous(d_result + Sv * Hv * T * B, Sk, Sv, Hv, B * c.K);
+    c.d_out = contiguous_f32(d_result, Sv, Hv, T, B);
+    c.d_states = contiguous_f32(d_result + Sv * Hv * T * B, Sk, Sv, Hv, B * c.K);
     const gdn_tensor *in[6] = {&p.q, &p.k, &p.v, &p.g, &p.beta, &p.state};
     gdn_tensor *out[6] = {&c.grads.q, &c.grads.k, &c.grads.v, &c.grads.g, &c.grads.beta, &c.grads.state};
     for (int i = 0; i < 6; ++i) {
-        *out[i] = contiguous(packed, in[i]->ne[0], in[i]->ne[1], in[i]->ne[2], in[i]->ne[3]);
+        *out[i] = contiguous_f32(packed, in[i]->ne[0], in[i]->ne[1], in[i]->ne[2], in[i]->ne[3]);
         packed += in[i]->ne[0] * in[i]->ne[1] * in[i]->ne[2] * in[i]->ne[3];
     }
 }
@@ -170,7 +98,7 @@ gdn_status dry_run(Call &c, bool backward, std::string &why) {
 }
 
 gdn_status check_forward(const ggml_tensor *const src[6], int64_t K, Call &c, std::string &why) {
-    gdn_status s = load_problem(src, true, c, why);
+    gdn_status s = problem_of(src, true, c.p, why);
     if (s != GDN_OK) return s;
     if (c.p.q.type != GDN_TYPE_F32 || c.p.k.type != GDN_TYPE_F32 || c.p.v.type != GDN_TYPE_F32 ||
         c.p.g.type != GDN_TYPE_F32 || c.p.beta.type != GDN_TYPE_F32 || c.p.state.type != GDN_TYPE_F32) {
@@ -214,16 +142,10 @@ gdn_status check_backward(const ggml_tensor *const src[7], Call &c, std::string 
 void forward_op(ggml_tensor *dst, int ith, int nth, void *) {
     Call c;
     std::string why;
-    if (load_problem(dst->src, false, c, why) != GDN_OK) GGML_ABORT("gdn_ggml_gated_delta_net: %s", why.c_str());
-    const int64_t Sk = c.p.q.ne[0], T = c.p.v.ne[2], B = c.p.v.ne[3];
-    c.K = (dst->ne[1] - T * B) / (Sk * B);
-    float *result = static_cast<float *>(dst->data);
-    set_forward_outputs(c, result);
-    // Slots T..K-1 are not written by the forward: zero them (share 0; disjoint from the rest).
-    if (ith == 0 && T < c.K) {
-        const int64_t slot = c.states.nb[3] / static_cast<int64_t>(sizeof(float)) * B;
-        std::memset(static_cast<float *>(c.states.data) + T * slot, 0, sizeof(float) * (c.K - T) * slot);
-    }
+    if (problem_of(dst->src, false, c.p, why) != GDN_OK) GGML_ABORT("gdn_ggml_gated_delta_net: %s", why.c_str());
+    c.K = slots_of_rows(c.p, dst->ne[1]);
+    set_forward_outputs(c, static_cast<float *>(dst->data));
+    if (ith == 0) zero_unwritten_slots(c.p, c.K, ForwardOutputs{c.out, c.states});  // disjoint from what shares write
     gdn_context *ctx = shared_context();
     const gdn_status s = gdn_forward_share(ctx, &c.p, &c.out, &c.states, ith, nth);
     if (s != GDN_OK) GGML_ABORT("gdn_ggml_gated_delta_net: %s: %s", gdn_status_string(s), gdn_last_error(ctx));
@@ -232,10 +154,9 @@ void forward_op(ggml_tensor *dst, int ith, int nth, void *) {
 void backward_op(ggml_tensor *dst, int ith, int nth, void *) {
     Call c;
     std::string why;
-    if (load_problem(dst->src, false, c, why) != GDN_OK) GGML_ABORT("gdn_ggml_gated_delta_net_back: %s", why.c_str());
+    if (problem_of(dst->src, false, c.p, why) != GDN_OK) GGML_ABORT("gdn_ggml_gated_delta_net_back: %s", why.c_str());
     const ggml_tensor *d = dst->src[6];
-    const int64_t Sk = c.p.q.ne[0], T = c.p.v.ne[2], B = c.p.v.ne[3];
-    c.K = (d->ne[1] - T * B) / (Sk * B);
+    c.K = slots_of_rows(c.p, d->ne[1]);
     set_backward_tensors(c, static_cast<float *>(d->data), static_cast<float *>(dst->data));
     gdn_context *ctx = shared_context();
     const gdn_status s = gdn_backward_share(ctx, &c.p, &c.d_out, &c.d_states, &c.grads, ith, nth);
@@ -253,7 +174,7 @@ gdn_status gdn_ggml_tensor(const ggml_tensor *t, gdn_tensor *out, char *why, siz
             return GDN_ERROR_INVALID_ARGUMENT;
         }
         gdn_tensor r{};
-        const gdn_status s = convert(t, "tensor", r, msg);
+        const gdn_status s = to_gdn_tensor(t, "tensor", r, msg);
         if (s == GDN_OK) *out = r;
         return s;
     });

@@ -32,6 +32,7 @@ inline __attribute__((always_inline)) void store_vector(float *p, typename Float
 namespace {
 
 // exp(v) rounded to float (exp_to_float's contract), inlined into each clone that calls it.
+constexpr double kFlushBelow = -100 * 0.6931471805599453;  // exp(v) under 2^-100 is 0: chunk_vector.h says why
 inline __attribute__((always_inline)) float exp_one(double v) {
     constexpr double log2e = 1.4426950408889634, ln2_hi = 0.6931471805599453, ln2_lo = 2.3190468138462996e-17;
     // NaN is clamped too (to 0), so that the conversion of k below stays defined; the
@@ -58,7 +59,7 @@ inline __attribute__((always_inline)) float exp_one(double v) {
     const int64_t bits = (low - 0x4338000000000000 + 1023) << 52;
     double scale;
     __builtin_memcpy(&scale, &bits, sizeof scale);
-    const float result = static_cast<float>(p * scale);
+    const float result = c < kFlushBelow ? 0.0f : static_cast<float>(p * scale);
     return v != v ? static_cast<float>(v) : result;
 }
 

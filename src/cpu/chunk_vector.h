@@ -51,7 +51,13 @@ void add_product(const float *x, const float *z, float *y, int64_t n);
 
 // y_i = exp(x_i) rounded to float, for double x (prefix sums of gates): range reduction in
 // double, so the result keeps float accuracy (< 1 ulp) whatever the magnitude of x; 0 below
-// -104, inf above 89, NaN stays NaN.
+// -100 ln 2 (results under 2^-100), inf above 89, NaN stays NaN.
+// Why 0 under 2^-100: these are the decay factors of the chunk products, and a factor near the
+// bottom of float's range makes subnormal operands and products (Kg = K o E, the masked grams),
+// which x86 cores compute through microcode assists, a hundred times slower: strongly decaying
+// heads (gates of -20 per token, as ggml's tests and Qwen3.5's initialisation have) made a
+// whole forward 4x slower. A term that small is below F32 rounding of any output that has a
+// term of ordinary size (the current token's always does).
 void exp_to_float(const double *x, float *y, int64_t n);
 
 // The row-scaled operands of a KDA chunk (all L x n; the chunk math calls it for L > 1), in one

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The pinned llama.cpp and libggml-gdn built against it (docs/GGML.md, "In llama.cpp").
+#   1. fetches the llama-cpp-python 0.3.36 sdist from PyPI (it vendors llama.cpp whole, ggml 0.25.3)
+#      and checks its sha256;
+#   2. builds that llama.cpp CPU-only with dynamic backends (GGML_BACKEND_DL: ggml_backend_load_all
+#      then loads what GGML_BACKEND_PATH names), only the targets used here: test-backend-ops,
+#      llama-bench and libllama;
+#   3. builds libggml-gdn (integrations/ggml-backend) against its ggml, in build-llama-cpp/.
+# Steps 1-2 are cached under GDN_LLAMA_CPP_CACHE (default ~/.cache/gdn/llama-cpp), the build in a
+# folder named by the version and a hash of its options: a second run only checks them (seconds).
+# The first build is about 140 compile steps: 3 min 12 s on 2 cores (Xeon, AVX-512), the unpacking
+# a few seconds more.
+# Prints, as its last two lines, shell assignments: LLAMA_CPP_BIN (llama.cpp's binaries and
+# libraries) and GGML_GDN (the path of libggml-gdn.so), for `eval "$(scripts/setup-llama-cpp.sh)"`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=0.3.36
+sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+url=https://files.pythonhosted.org/packages/source/l/llama-cpp-python/llama_cpp_python-$version.tar.gz
+cache=${GDN_LLAMA_CPP_CACHE:-${HOME:-/root}/.cache/gdn/llama-cpp}
+jobs=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+say() { echo "setup-llama-cpp: $*" >&2; }
+mkdir -p "$cache"
+
+tarball=$cache/llama_cpp_python-$version.tar.gz
+if [[ ! -f "$tarball" ]] || ! echo "$sha256  $tarball" | sha256sum -c --quiet - 2>/dev/null; then
+  say "fetching $url"
+  curl -fsSL --retry 3 -o "$tarball.part" "$url"
+  echo "$sha256  $tarball.part" | sha256sum -c --quiet - || { say "sha256 mismatch for $url"; exit 1; }
+  mv "$tarball.part" "$tarball"
+fi
+
+src=$cache/src-$version
+if [[ ! -f "$src/.unpacked" ]]; then
+  say "unpacking vendor/llama.cpp into $src"
+  rm -rf "$src" && mkdir -p "$src"
+  tar -xzf "$tarball" -C "$src" --strip-components=3 "llama_cpp_python-$version/vendor/llama.cpp"
+  touch "$src/.unpacked"
+fi
+
+# The CPU backend for the x86-64 level of the hosts this runs on (AVX-512 with BF16 and VNNI; AMX
+# left out: ggml uses it for quantized types only), set explicitly so that the cached build does
+# not change with the host that configured it. OpenMP (ggml's default) is what libggml-gdn's
+# threads join.
+options=(
+  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON
+  -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=ON
+  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_SSE42=ON
+  -DGGML_AVX512=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON
+  -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+  -DLLAMA_OPENSSL=OFF
+)
+hash=$(printf '%s\n' "${options[@]}" | sha256sum | cut -c1-12)
+build=$cache/build-$version-$hash
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  say "configuring llama.cpp in $build"
+  cmake -S "$src" -B "$build" -G Ninja "${options[@]}" >&2
+fi
+say "building test-backend-ops, llama-bench, llama (in $build)"
+cmake --build "$build" -j "$jobs" --target test-backend-ops llama-bench llama >&2
+
+gdn_build=build-llama-cpp/ggml-gdn
+cmake -S integrations/ggml-backend -B "$gdn_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DGGML_SOURCE_DIR="$src/ggml" -DGGML_LIBRARY_DIR="$build/bin" -DLLAMA_CPP_DIR="$src" >&2
+cmake --build "$gdn_build" -j "$jobs" >&2
+echo "LLAMA_CPP_BIN=$build/bin"
+echo "GGML_GDN=$PWD/$gdn_build/libggml-gdn.so"

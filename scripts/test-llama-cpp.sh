@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# llama.cpp's own op test against libggml-gdn: test-backend-ops -o GATED_DELTA_NET with the gdn
+# backend loaded through GGML_BACKEND_PATH (each case computed by GDN and by ggml's CPU backend and
+# compared); every case must pass, and none may be skipped as unsupported. With a tiny model
+# (GDN_TINY_MODEL, a GGUF; default ~/.cache/gdn/tiny-models/tiny-qwen35-f32.gguf when present) it
+# also compares a fixed prompt's logits with and without the backend (llama-logits).
+# Builds what it needs with scripts/setup-llama-cpp.sh (cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/setup-llama-cpp.sh)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+GGML_BACKEND_PATH=$GGML_GDN timeout 1200 "$LLAMA_CPP_BIN/test-backend-ops" test -b GDN -o GATED_DELTA_NET 2>&1 | tee "$log" \
+  | grep -E "GATED_DELTA_NET|tests passed|Backend GDN" >&2
+grep -q "loaded GDN backend" "$log" || { echo "test-llama-cpp: the GDN backend was not loaded" >&2; exit 1; }
+if grep -qiE "not supported|FAIL" "$log"; then echo "test-llama-cpp: a case failed or was not supported" >&2; exit 1; fi
+passed=$(sed -n 's/.* \([0-9]*\)\/\([0-9]*\) tests passed.*/\1 \2/p' "$log")
+read -r ok total <<<"${passed:-0 1}"
+[[ "$ok" == "$total" && "$total" -gt 0 ]] || { echo "test-llama-cpp: $ok of $total cases passed" >&2; exit 1; }
+echo "test-llama-cpp: test-backend-ops GATED_DELTA_NET on GDN: $ok/$total passed"
+
+model=${GDN_TINY_MODEL:-${HOME:-/root}/.cache/gdn/tiny-models/tiny-qwen35-f32.gguf}
+if [[ -f "$model" ]]; then
+  logits=build-llama-cpp/ggml-gdn/llama-logits
+  out=$(mktemp -d)
+  export GGML_BACKEND_DIR=$LLAMA_CPP_BIN
+  n_vocab=$("$logits" "$model" "$out/cpu.bin" 2>/dev/null | sed -n 's/^n_vocab //p')
+  GGML_BACKEND_PATH=$GGML_GDN "$logits" "$model" "$out/gdn.bin" >/dev/null 2>&1
+  result=$("$logits" --compare "$out/cpu.bin" "$out/gdn.bin" "$n_vocab")
+  rm -rf "$out"
+  echo "test-llama-cpp: $(basename "$model") $result"
+  # Agreement to F32 rounding: the same top token everywhere, differences within 1e-4 of the largest logit.
+  awk '/top token differs at 0 of/ && $0 ~ /relative/ { split($0, a, "relative "); split(a[2], b, ","); exit !(b[1] + 0 < 1e-4) } { exit 1 }' \
+    <<<"$result" || { echo "test-llama-cpp: logits differ beyond F32 rounding" >&2; exit 1; }
+else
+  echo "test-llama-cpp: no tiny model at $model: logits not compared"
+fi
