@@ -10,8 +10,9 @@
 # folder named by the version and a hash of its options: a second run only checks them (seconds).
 # The first build is about 140 compile steps: 3 min 12 s on 2 cores (Xeon, AVX-512), the unpacking
 # a few seconds more.
-# Prints, as its last two lines, shell assignments: LLAMA_CPP_BIN (llama.cpp's binaries and
-# libraries) and GGML_GDN (the path of libggml-gdn.so), for `eval "$(scripts/setup-llama-cpp.sh)"`.
+# Prints, as its last three lines, shell assignments: LLAMA_CPP_SRC (the source, with its
+# convert_hf_to_gguf.py), LLAMA_CPP_BIN (llama.cpp's binaries and libraries) and GGML_GDN (the path
+# of libggml-gdn.so), for `eval "$(scripts/setup-llama-cpp.sh)"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.3.36
@@ -63,5 +64,6 @@ gdn_build=build-llama-cpp/ggml-gdn
 cmake -S integrations/ggml-backend -B "$gdn_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGGML_SOURCE_DIR="$src/ggml" -DGGML_LIBRARY_DIR="$build/bin" -DLLAMA_CPP_DIR="$src" >&2
 cmake --build "$gdn_build" -j "$jobs" >&2
+echo "LLAMA_CPP_SRC=$src"
 echo "LLAMA_CPP_BIN=$build/bin"
 echo "GGML_GDN=$PWD/$gdn_build/libggml-gdn.so"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # llama.cpp's own op test against libggml-gdn: test-backend-ops -o GATED_DELTA_NET with the gdn
 # backend loaded through GGML_BACKEND_PATH (each case computed by GDN and by ggml's CPU backend and
-# compared); every case must pass, and none may be skipped as unsupported. With a tiny model
-# (GDN_TINY_MODEL, a GGUF; default ~/.cache/gdn/tiny-models/tiny-qwen35-f32.gguf when present) it
-# also compares a fixed prompt's logits with and without the backend (llama-logits).
-# Builds what it needs with scripts/setup-llama-cpp.sh (cached).
+# compared); every case must pass, and none may be skipped as unsupported. Then a tiny model's
+# logits for a fixed prompt with and without the backend (llama-logits) must agree to F32 rounding:
+# GDN_TINY_MODEL, a GGUF, or by default both tiny models of scripts/make-tiny-models.py in
+# ~/.cache/gdn/tiny-models, made there when absent with the Python of scripts/test-python.sh's
+# environment (GDN_VENV; about ten seconds). Without that environment the comparison is skipped,
+# and says so. Builds what it needs with scripts/setup-llama-cpp.sh (cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/setup-llama-cpp.sh)"
@@ -19,12 +21,12 @@ read -r ok total <<<"${passed:-0 1}"
 [[ "$ok" == "$total" && "$total" -gt 0 ]] || { echo "test-llama-cpp: $ok of $total cases passed" >&2; exit 1; }
 echo "test-llama-cpp: test-backend-ops GATED_DELTA_NET on GDN: $ok/$total passed"
 
-model=${GDN_TINY_MODEL:-${HOME:-/root}/.cache/gdn/tiny-models/tiny-qwen35-f32.gguf}
-if [[ -f "$model" ]]; then
-  logits=build-llama-cpp/ggml-gdn/llama-logits
+compare_logits() {
+  local model=$1 logits=build-llama-cpp/ggml-gdn/llama-logits out n_vocab result
   out=$(mktemp -d)
   export GGML_BACKEND_DIR=$LLAMA_CPP_BIN
   n_vocab=$("$logits" "$model" "$out/cpu.bin" 2>/dev/null | sed -n 's/^n_vocab //p')
+  [[ -n $n_vocab ]] || { echo "test-llama-cpp: llama-logits cannot run $model" >&2; exit 1; }
   GGML_BACKEND_PATH=$GGML_GDN "$logits" "$model" "$out/gdn.bin" >/dev/null 2>&1
   result=$("$logits" --compare "$out/cpu.bin" "$out/gdn.bin" "$n_vocab")
   rm -rf "$out"
@@ -32,6 +34,23 @@ if [[ -f "$model" ]]; then
   # Agreement to F32 rounding: the same top token everywhere, differences within 1e-4 of the largest logit.
   awk '/top token differs at 0 of/ && $0 ~ /relative/ { split($0, a, "relative "); split(a[2], b, ","); exit !(b[1] + 0 < 1e-4) } { exit 1 }' \
     <<<"$result" || { echo "test-llama-cpp: logits differ beyond F32 rounding" >&2; exit 1; }
-else
-  echo "test-llama-cpp: no tiny model at $model: logits not compared"
+}
+
+if [[ -n ${GDN_TINY_MODEL:-} ]]; then
+  compare_logits "$GDN_TINY_MODEL"
+  exit 0
 fi
+models=${HOME:-/root}/.cache/gdn/tiny-models
+python=${GDN_VENV:-${HOME:-/root}/.cache/gdn/venv}/bin/python
+for name in qwen35 qwen3next; do
+  model=$models/tiny-$name-f32.gguf
+  if [[ ! -f $model ]]; then
+    if ! "$python" -c "import torch, transformers, tokenizers" 2>/dev/null; then
+      echo "test-llama-cpp: SKIPPED the logits: no $model, and no Python with torch and transformers to make it (run scripts/test-python.sh first)"
+      exit 0
+    fi
+    "$python" scripts/make-tiny-models.py --llama-cpp "$LLAMA_CPP_SRC" --out "$models" --only "$name" 2>&1 | grep "^make-tiny-models" \
+      || { echo "test-llama-cpp: scripts/make-tiny-models.py failed" >&2; exit 1; }
+  fi
+  compare_logits "$model"
+done
