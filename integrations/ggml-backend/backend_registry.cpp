@@ -37,7 +37,7 @@ namespace {
 constexpr const char *kName = "GDN";
 
 // GDN_GGML_THREADS, when set to a non-negative integer; -1 otherwise.
-int threads_from_environment() {
+int parse_threads_environment() {
     const char *text = std::getenv("GDN_GGML_THREADS");
     if (text == nullptr || *text == '\0') return -1;
     char *end = nullptr;
@@ -50,13 +50,18 @@ int threads_from_environment() {
     return static_cast<int>(n);
 }
 
+// Read once per process: a bad value is reported once, not at every node of every graph.
+int threads_from_environment() {
+    static const int threads = parse_threads_environment();
+    return threads;
+}
+
 // One backend (stream): the thread count it was given and the gdn context its shares run on
 // (one thread of its own: the work runs on the OpenMP team; each thread keeps its scratch).
 struct Backend {
     int n_threads = 0;
     gdn_context *ctx = nullptr;
-    std::vector<gdn_status> share_status;  // each share's outcome and message, by thread
-    std::vector<std::string> share_why;
+    std::vector<gdn_status> share_status;  // each share's outcome, by thread
 
     ~Backend() { gdn_context_free(ctx); }
 
@@ -97,19 +102,15 @@ bool compute_delta_net(Backend &self, ggml_tensor *node) {
     if (status == GDN_OK) {
         const int nth = self.threads();
         self.share_status.assign(nth, GDN_OK);  // sized once per thread count: no allocation per call
-        self.share_why.resize(nth);
         int team = nth;
 #pragma omp parallel num_threads(nth)
         {
             const int ith = omp_get_thread_num();
             if (ith == 0) team = omp_get_num_threads();  // OpenMP may give fewer threads than asked
-            self.share_status[ith] = delta_net_share(ctx, node, ith, omp_get_num_threads(), self.share_why[ith]);
+            self.share_status[ith] = delta_net_share(ctx, node, ith, omp_get_num_threads());
         }
-        for (int i = 0; i < team && status == GDN_OK; ++i)
-            if (self.share_status[i] != GDN_OK) {
-                status = self.share_status[i];
-                why = self.share_why[i];
-            }
+        for (int i = 0; i < team && status == GDN_OK; ++i) status = self.share_status[i];
+        if (status != GDN_OK) why = gdn_last_error(ctx);  // the team has joined: no share writes it now
     }
     if (status != GDN_OK)
         std::fprintf(stderr, "ggml-gdn: %s (\"%s\"): %s: %s\n", ggml_op_desc(node), node->name, gdn_status_string(status),

@@ -92,20 +92,21 @@ gdn_status delta_net_prepare(ggml_tensor *node, std::string &why) {
     gdn_problem p;
     ForwardOutputs out;
     int64_t K;
-    const gdn_status s = call_of(node, false, p, out, K, why);
+    gdn_status s = call_of(node, false, p, out, K, why);
+    // The real addresses (overlaps, alignment) are checked here, before a byte is written, and
+    // once: the shares then refuse only what no check sees (memory running out).
+    if (s == GDN_OK) s = check(p, out, why);
     if (s == GDN_OK) zero_unwritten_slots(p, K, out);  // before the shares: they write other slots only
     return s;
 }
 
-gdn_status delta_net_share(gdn_context *ctx, ggml_tensor *node, int ith, int nth, std::string &why) {
+gdn_status delta_net_share(gdn_context *ctx, ggml_tensor *node, int ith, int nth) {
     gdn_problem p;
     ForwardOutputs out;
     int64_t K;
-    gdn_status s = call_of(node, false, p, out, K, why);
-    if (s != GDN_OK) return s;
-    s = gdn_forward_share(ctx, &p, &out.out, &out.states, ith, nth);
-    if (s != GDN_OK) why = gdn_last_error(ctx);
-    return s;
+    std::string unused;  // delta_net_prepare has judged the same call
+    const gdn_status s = call_of(node, false, p, out, K, unused);
+    return s != GDN_OK ? s : gdn_forward_share(ctx, &p, &out.out, &out.states, ith, nth);
 }
 
 }  // namespace ggml_gdn

@@ -24,8 +24,9 @@ bool delta_net_supported(const ggml_tensor *node, std::string &why);
 // that T < K leaves unwritten.
 gdn_status delta_net_prepare(ggml_tensor *node, std::string &why);
 // Share ith of nth of the node's forward (gdn_forward_share on `ctx`, a cpu context): the node is
-// computed once every share has returned GDN_OK, the same bits for every nth.
-gdn_status delta_net_share(gdn_context *ctx, ggml_tensor *node, int ith, int nth, std::string &why);
+// computed once every share has returned GDN_OK, the same bits for every nth. A failed share's
+// message is ctx's last error, to be read once the team has joined (the shares write it in turn).
+gdn_status delta_net_share(gdn_context *ctx, ggml_tensor *node, int ith, int nth);
 
 // GGML_OP_L2_NORM: y = x / max(||x||, eps) per row, computed as ggml's CPU backend does (the
 // sum of squares in double), so the bits are the same.
