@@ -24,8 +24,10 @@ void PacedPrefetch::add_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, i
         const uintptr_t page = p >> page_bits;
         const bool read = pages == Pages::Read && page != last_page_;
         last_page_ = page;
+        // The read is of the row's first element, not its line's start, which may lie before the
+        // tensor (p is element-aligned, so bit 0 is free to mark it).
         for (uintptr_t a = first; a < p + static_cast<uintptr_t>(bytes); a += line)
-            lines_.push_back(a == first && read ? a | 1 : a);
+            lines_.push_back(a == first && read ? p | 1 : a);
     }
 }
 

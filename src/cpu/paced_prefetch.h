@@ -37,7 +37,8 @@ public:
     void finish();
 
 private:
-    // Line addresses; the low bit (lines are 64-byte aligned) set where the line is to be read.
+    // Line addresses, or with the low bit set the address of a row's first element (element-aligned)
+    // to be read.
     std::vector<uintptr_t> lines_;
     uintptr_t last_page_ = 0;
     size_t next_ = 0;
