@@ -53,17 +53,15 @@ options=(
 )
 hash=$(printf '%s\n' "${options[@]}" | sha256sum | cut -c1-12)
 build=$cache/build-$version-$hash
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
+if [[ ! -f "$build/build.ninja" ]]; then  # a configure that failed or was killed leaves a cache, not this
   say "configuring llama.cpp in $build"
   cmake -S "$src" -B "$build" -G Ninja "${options[@]}" >&2
 fi
 say "building test-backend-ops, llama-bench, llama (in $build)"
 cmake --build "$build" -j "$jobs" --target test-backend-ops llama-bench llama >&2
 
-gdn_build=build-llama-cpp/ggml-gdn
+gdn_build=build-llama-cpp/ggml-gdn-$version-$hash  # its cached library paths are those of this build
 cmake -S integrations/ggml-backend -B "$gdn_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGGML_SOURCE_DIR="$src/ggml" -DGGML_LIBRARY_DIR="$build/bin" -DLLAMA_CPP_DIR="$src" >&2
 cmake --build "$gdn_build" -j "$jobs" >&2
-echo "LLAMA_CPP_SRC=$src"
-echo "LLAMA_CPP_BIN=$build/bin"
-echo "GGML_GDN=$PWD/$gdn_build/libggml-gdn.so"
+printf 'LLAMA_CPP_SRC=%q\nLLAMA_CPP_BIN=%q\nGGML_GDN=%q\n' "$src" "$build/bin" "$PWD/$gdn_build/libggml-gdn.so"

@@ -22,35 +22,49 @@ read -r ok total <<<"${passed:-0 1}"
 echo "test-llama-cpp: test-backend-ops GATED_DELTA_NET on GDN: $ok/$total passed"
 
 compare_logits() {
-  local model=$1 logits=build-llama-cpp/ggml-gdn/llama-logits out n_vocab result
-  out=$(mktemp -d)
+  local model=$1 logits n_vocab result splits
+  logits=$(dirname "$GGML_GDN")/llama-logits
   export GGML_BACKEND_DIR=$LLAMA_CPP_BIN
-  n_vocab=$("$logits" "$model" "$out/cpu.bin" 2>/dev/null | sed -n 's/^n_vocab //p')
+  n_vocab=$("$logits" "$model" "$work/cpu.bin" 2>/dev/null | sed -n 's/^n_vocab //p')
   [[ -n $n_vocab ]] || { echo "test-llama-cpp: llama-logits cannot run $model" >&2; exit 1; }
-  GGML_BACKEND_PATH=$GGML_GDN "$logits" "$model" "$out/gdn.bin" >/dev/null 2>&1
-  result=$("$logits" --compare "$out/cpu.bin" "$out/gdn.bin" "$n_vocab")
-  rm -rf "$out"
-  echo "test-llama-cpp: $(basename "$model") $result"
+  GGML_BACKEND_PATH=$GGML_GDN "$logits" "$model" "$work/gdn.bin" >/dev/null 2>"$work/gdn.log" \
+    || { cat "$work/gdn.log" >&2; echo "test-llama-cpp: llama-logits with GDN failed" >&2; exit 1; }
+  # Proof that GDN computed: it was loaded, and the scheduler split the graph to give it nodes
+  # (one split is the CPU backend alone), so the comparison is not the CPU against itself.
+  splits=$(sed -n 's/.*graph: nodes = [0-9]*, splits = \([0-9]*\).*/\1/p' "$work/gdn.log" | tail -1)
+  if ! grep -q "loaded GDN backend" "$work/gdn.log" || [[ ${splits:-1} -le 1 ]]; then
+    echo "test-llama-cpp: $model: the GDN backend computed nothing (graph splits: ${splits:-none})" >&2
+    exit 1
+  fi
+  result=$("$logits" --compare "$work/cpu.bin" "$work/gdn.bin" "$n_vocab") \
+    || { echo "test-llama-cpp: $result" >&2; exit 1; }  # exits 1 on a NaN
+  echo "test-llama-cpp: $(basename "$model") $result (GDN's graph in $splits splits)"
   # Agreement to F32 rounding: the same top token everywhere, differences within 1e-4 of the largest logit.
   awk '/top token differs at 0 of/ && $0 ~ /relative/ { split($0, a, "relative "); split(a[2], b, ","); exit !(b[1] + 0 < 1e-4) } { exit 1 }' \
     <<<"$result" || { echo "test-llama-cpp: logits differ beyond F32 rounding" >&2; exit 1; }
 }
 
+work=$(mktemp -d)
+trap 'rm -rf "$log" "$work"' EXIT
 if [[ -n ${GDN_TINY_MODEL:-} ]]; then
   compare_logits "$GDN_TINY_MODEL"
   exit 0
 fi
 models=${HOME:-/root}/.cache/gdn/tiny-models
 python=${GDN_VENV:-${HOME:-/root}/.cache/gdn/venv}/bin/python
+# The models are remade when the script that makes them or the converter (llama.cpp's version) changes.
+key=$( (sha256sum scripts/make-tiny-models.py | cut -c1-16; echo "$LLAMA_CPP_SRC") | sha256sum | cut -c1-16)
 for name in qwen35 qwen3next; do
   model=$models/tiny-$name-f32.gguf
-  if [[ ! -f $model ]]; then
+  if [[ ! -f $model || "$(cat "$model.key" 2>/dev/null)" != "$key" ]]; then
     if ! "$python" -c "import torch, transformers, tokenizers" 2>/dev/null; then
       echo "test-llama-cpp: SKIPPED the logits: no $model, and no Python with torch and transformers to make it (run scripts/test-python.sh first)"
       exit 0
     fi
-    "$python" scripts/make-tiny-models.py --llama-cpp "$LLAMA_CPP_SRC" --out "$models" --only "$name" 2>&1 | grep "^make-tiny-models" \
-      || { echo "test-llama-cpp: scripts/make-tiny-models.py failed" >&2; exit 1; }
+    "$python" scripts/make-tiny-models.py --llama-cpp "$LLAMA_CPP_SRC" --out "$models" --only "$name" >"$work/make.log" 2>&1 \
+      || { tail -n 30 "$work/make.log" >&2; echo "test-llama-cpp: scripts/make-tiny-models.py failed" >&2; exit 1; }
+    grep "^make-tiny-models" "$work/make.log"
+    echo "$key" >"$model.key"
   fi
   compare_logits "$model"
 done

@@ -58,7 +58,7 @@ static int compare(const char *a_path, const char *b_path, int n_vocab) {
            na, max_diff, max_abs, max_abs > 0 ? max_diff / max_abs : 0.0, top_differs, rows);
     free(a);
     free(b);
-    return 0;
+    return max_diff == max_diff ? 0 : 1; /* a NaN anywhere fails the comparison */
 }
 
 int main(int argc, char **argv) {
