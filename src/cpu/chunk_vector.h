@@ -56,8 +56,10 @@ void add_product(const float *x, const float *z, float *y, int64_t n);
 // bottom of float's range makes subnormal operands and products (Kg = K o E, the masked grams),
 // which x86 cores compute through microcode assists, a hundred times slower: strongly decaying
 // heads (gates of -20 per token, as ggml's tests and Qwen3.5's initialisation have) made a
-// whole forward 4x slower. A term that small is below F32 rounding of any output that has a
-// term of ordinary size (the current token's always does).
+// whole forward 4x slower. A dropped term is the factor (under 2^-100) times a state, key or
+// value entry: below the F32 rounding of an output with a term of ordinary size (the current
+// token's) unless the state's entries reach about 2^70 (a state of 1e30 would lose terms of
+// order 1).
 void exp_to_float(const double *x, float *y, int64_t n);
 
 // The row-scaled operands of a KDA chunk (all L x n; the chunk math calls it for L > 1), in one
