@@ -285,7 +285,7 @@ inline __attribute__((always_inline)) void add_rows_in(float alpha, const float 
 // add_rows on x86-64: 16-float vectors on AVX-512 (one register each; the 8-float form left
 // half of every register and of every load unused there, in the triangles' diagonal blocks and
 // the substitutions), 8-float ones in the AVX2 and baseline builds (their code as it was), chosen
-// once at load time as GDN_VECTORIZED's clones are.
+// once from CPUID as GDN_VECTORIZED's clones are.
 namespace {
 using AddRows = void (*)(float, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t);
 __attribute__((target("arch=x86-64-v4"))) void add_rows_avx512(float alpha, const float *coef, int64_t coef_stride,
@@ -302,20 +302,23 @@ void add_rows_baseline(float alpha, const float *coef, int64_t coef_stride, int6
                        int64_t ldx, float *y, int64_t n) {
     add_rows_in<8>(alpha, coef, coef_stride, count, x, ldx, y, n);
 }
-}  // namespace
 
-extern "C" {
-// The ifunc resolver (named in C, as the attribute below needs), run once as the library loads.
-static AddRows gdn_cpu_add_rows_resolver() {
+// Chosen on the first call, not by an ifunc resolver: a resolver runs while the dynamic loader
+// relocates the library, before a sanitizer's runtime is set up, and a sanitized build's
+// resolver (instrumented like any function) crashed there.
+AddRows pick_add_rows() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("x86-64-v4")) return add_rows_avx512;
     if (__builtin_cpu_supports("x86-64-v3")) return add_rows_avx2;
     return add_rows_baseline;
 }
-}
+}  // namespace
 
 void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x, int64_t ldx,
-              float *y, int64_t n) __attribute__((ifunc("gdn_cpu_add_rows_resolver")));
+              float *y, int64_t n) {
+    static const AddRows chosen = pick_add_rows();
+    chosen(alpha, coef, coef_stride, count, x, ldx, y, n);
+}
 #else
 GDN_VECTORIZED void add_rows(float alpha, const float *coef, int64_t coef_stride, int64_t count, const float *x,
                              int64_t ldx, float *y, int64_t n) {
