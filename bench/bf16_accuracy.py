@@ -30,7 +30,6 @@ Prints one markdown table.
 
 import argparse
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -38,6 +37,9 @@ import torch
 
 import gdn
 import gdn.torch as gt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python" / "tests"))
+from fla_reference import fla_file  # noqa: E402  (the tests' finder of FLA's files)
 
 SHAPES = {"27b": dict(H=16, HV=48, K=128, V=128), "80b": dict(H=16, HV=32, K=128, V=128)}
 TENSORS = ("o", "state", "dq", "dk", "dv", "dg", "dbeta", "dh0")
@@ -86,19 +88,6 @@ def gdn_call(precision):
         return gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                                          precision=precision)
     return fn
-
-
-def fla_file(*parts):
-    """A file of FLA's package, from GDN_FLA_SITE or an installed fla; None when neither has it."""
-    roots = [os.environ.get("GDN_FLA_SITE")]
-    spec = importlib.util.find_spec("fla")
-    if spec is not None and spec.submodule_search_locations:
-        roots.append(str(Path(list(spec.submodule_search_locations)[0]).parent))
-    for root in filter(None, roots):
-        path = Path(root, "fla", *parts)
-        if path.exists():
-            return path
-    return None
 
 
 def fla_naive(kda):

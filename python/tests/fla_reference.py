@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 
-def _file(*parts):
+def fla_file(*parts):
+    """A file of FLA's package, from GDN_FLA_SITE or an installed fla; None when neither has it."""
     roots = [os.environ.get("GDN_FLA_SITE")]
     spec = importlib.util.find_spec("fla")
     if spec is not None and spec.submodule_search_locations:
@@ -22,7 +23,7 @@ def _file(*parts):
 
 def naive():
     """FLA's naive reference module (fla/ops/gated_delta_rule/naive.py), loaded from its file, or None."""
-    path = _file("ops", "gated_delta_rule", "naive.py")
+    path = fla_file("ops", "gated_delta_rule", "naive.py")
     if path is None:
         return None
     module_spec = importlib.util.spec_from_file_location("fla_gated_delta_rule_naive", path)
@@ -44,7 +45,7 @@ def fused_recurrent_parameters():
 
 def parameters(file_name, function_name):
     """The parameters of FLA's gated delta rule function ``function_name`` in ``file_name``."""
-    path = _file("ops", "gated_delta_rule", file_name)
+    path = fla_file("ops", "gated_delta_rule", file_name)
     if path is None:
         return None
     tree = ast.parse(path.read_text())
