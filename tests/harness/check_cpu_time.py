@@ -20,7 +20,7 @@ if len(timed) != 2:
 for x in timed:
     ms, cpu_ms = x["metrics"]["ms"], x["metrics"]["cpu_ms"]
     print(f"{x['case']} [{backend}]: ms {ms:.4f}, cpu_ms {cpu_ms:.4f}")
-    # Each run's CPU time is at most its wall time (one thread), so the medians are too; the
-    # margin covers the clocks' reads.
+    # Each run's CPU window nests inside its wall window, so on one thread its CPU time is at
+    # most its wall time and the medians are too; the margin covers the two clocks' sources.
     if not 0 < cpu_ms <= ms * 1.01 + 0.002:
         sys.exit(f"cpu_ms {cpu_ms} is not within ms {ms} on one thread")

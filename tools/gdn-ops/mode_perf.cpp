@@ -76,12 +76,15 @@ public:
         std::vector<double> times, cpu_times;
         double total = 0;
         while (status == GDN_OK && (total < o_.min_time || times.size() < 3) && times.size() < 100000) {
-            const double cpu_start = testkit::process_cpu_seconds();
+            // The CPU window nests inside the wall one: the CPU clock's read is a system call
+            // (about a microsecond, more on some hosts), and one thread's CPU time must not
+            // count a read that the wall time does not.
             const auto start = std::chrono::steady_clock::now();
+            const double cpu_start = testkit::process_cpu_seconds();
             status = call();
             session->memory().synchronize();
-            double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             double cpu = testkit::process_cpu_seconds() - cpu_start;
+            double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             if (session->last_op_seconds() > 0) {  // GGML: the graph, not its copy-out, for both clocks
                 dt = session->last_op_seconds();
                 cpu = session->last_op_cpu_seconds();
