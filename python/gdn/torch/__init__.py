@@ -32,8 +32,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _core, _errors, _gdn
-from ._fla_args import activated_gate, check_state, check_state_indices, prepare, readable, readable_state
+from .. import _core, _errors, _gdn
+from .._fla_args import activated_gate, check_state, check_state_indices, prepare, readable, readable_state
 
 __all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "backend", "release_workspaces"]
 

@@ -1,0 +1,321 @@
+"""Context parallel: one packed token stream split over the ranks of a ``torch.distributed`` group,
+each rank holding a contiguous slice of it, with the result of one process (no approximation).
+
+    import gdn.torch.distributed as gcp
+    o, final = gcp.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu_seqlens, group=group)
+
+Each rank passes its own slice ``[1, T_rank, ...]`` of q, k, v, g and beta and the same global
+``cu_seqlens`` (offsets into the concatenation of every rank's slice, in rank order); slices may
+differ in length, and a sequence may cross any number of rank boundaries.
+
+Why it is exact. The state's update over a token range is affine in the state it starts from:
+the range takes S to ``M S + E``, where ``M`` (K x K, per value head) is the product of the
+tokens' transitions ``decay_t (I - beta_t k_t k_t^T)`` and ``E`` is the range's state started
+from zero. The outputs are affine in it too: ``o_t = o_t|zero + P_t S`` with ``P_t`` the
+scaled ``q_t^T`` times the transitions up to t. One call of the library with the value dimension
+widened by K gives all of it: values ``[v | 0]`` from the state ``[0 | I]`` leave the final state
+``[E | M]`` and the output ``[o|zero | P]``. A rank whose first tokens continue a sequence begun
+on an earlier rank runs that call on them (the rest of its slice is a plain call), the ranks
+all-gather their ``(M, E)``, and each combines the summaries of the ranks before it, in rank
+order, into the true state S its slice starts from: ``o = o|zero + P S``, final ``E + M S``.
+
+The backward is one plain backward call per rank from that true S, once the gradient of the state
+its slice ends in is known. That gradient is the gradient of the next rank's starting state,
+``dS = P^T dO + M^T dS_next`` over the next rank's continuing tokens (``dS_next`` where the
+sequence goes on past it): each rank computes its ``P^T dO`` (plus ``M^T`` of its own final-state
+gradient where the sequence ends on it), the ranks all-gather those, and each combines the ranks
+after it. No rank waits for another's compute: one all-gather each way.
+
+Cost per rank, against one process's share of the work: the continuing tokens' forward runs with
+K + V value columns (about twice a plain forward's products), the rest plainly; the backward is a
+plain backward plus two small products. Communication per forward (per rank, sent and gathered
+from every rank): ``HV * K * (K + V)`` state-sized values, and ``HV * K * V`` per backward, in
+float32 (float64 in a float64 call), whatever the sequence length: at the Qwen3.5-27B shape
+(HV 48, K = V = 128) 6.3 MB forward and 3.1 MB backward per rank and layer, so a ring
+all-gather receives (ranks - 1) times that. Ranks whose slices no sequence crosses skip it.
+
+Final states and the initial states' gradients are global ``[N, HV, K, V]`` tensors on every
+rank: row n is filled on the rank that holds sequence n's last token (its first token, for the
+initial state's gradient), zero elsewhere, so their sum over ranks is one process's. A
+zero-length sequence belongs to the rank whose slice starts at or after its offset.
+"""
+
+from typing import List, NamedTuple, Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import _core, _errors
+from .._fla_args import check_state, prepare, readable, readable_state
+from . import _backward_op, _forward
+
+__all__ = ["chunk_gated_delta_rule"]
+
+
+class _Slice(NamedTuple):
+    """How one rank's slice [t0, t1) of the packed stream cuts the global sequences."""
+    t0: int
+    t1: int
+    first: int            # the first global sequence with tokens (or an owned empty one) on the rank
+    offsets: List[int]    # the rank's own cu_seqlens: sequences first .. first + len - 2, cut to the slice
+    continues_in: bool    # its first tokens continue a sequence begun on an earlier rank
+    continues_out: bool   # its last sequence goes on past the slice
+
+    @property
+    def size(self):
+        return self.t1 - self.t0
+
+    @property
+    def sequences(self):
+        return len(self.offsets) - 1
+
+    @property
+    def passes_through(self):
+        """One sequence crosses the whole slice: the rank's summary is a transition, not a fresh state."""
+        return self.continues_in and self.continues_out and self.sequences == 1
+
+    @property
+    def head_end(self):
+        """Where the continuing sequence's tokens end in the slice (0 when none continues in)."""
+        return self.offsets[1] if self.continues_in else 0
+
+
+def _slices(offsets, sizes):
+    """Every rank's _Slice, from the global offsets and the ranks' slice lengths."""
+    starts = [0]
+    for n in sizes:
+        starts.append(starts[-1] + n)
+    last_nonempty = max((r for r, n in enumerate(sizes) if n > 0), default=0)
+    slices = []
+    for r, size in enumerate(sizes):
+        t0, t1 = starts[r], starts[r + 1]
+        owned = []
+        for n in range(len(offsets) - 1):
+            begin, end = offsets[n], offsets[n + 1]
+            if begin < end:
+                mine = size > 0 and begin < t1 and end > t0
+            else:  # an empty sequence: the rank whose slice holds its offset, or the last one that has tokens
+                mine = t0 <= begin < t1 or (begin == starts[-1] and r == last_nonempty)
+            if mine:
+                owned.append(n)
+        if not owned:
+            slices.append(_Slice(t0, t1, 0, [0], False, False))
+            continue
+        first, last = owned[0], owned[-1]
+        local = [max(offsets[n], t0) - t0 for n in owned] + [min(offsets[last + 1], t1) - t0]
+        slices.append(_Slice(t0, t1, first, local, size > 0 and offsets[first] < t0,
+                             size > 0 and offsets[last + 1] > t1))
+    return slices
+
+
+def _all_gather(x, group, world):
+    """x of every rank, stacked in rank order (gloo and NCCL both take the list form)."""
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    return torch.stack(parts)
+
+
+def _layout(T, offsets, group, world, device):
+    """The ranks' slices, with a check that every rank passed the same offsets (their count and a
+    checksum ride on the lengths' all-gather): a mismatch is an error on every rank, not a hang."""
+    checksum = sum((i + 1) * c for i, c in enumerate(offsets)) % (1 << 61)
+    mine = torch.tensor([T, len(offsets), checksum], dtype=torch.int64, device=device)
+    gathered = _all_gather(mine, group, world).cpu().tolist()
+    if any(row[1:] != gathered[0][1:] for row in gathered):
+        raise _errors.InvalidArgumentError(
+            "cu_seqlens differs between the ranks: every rank passes the same global offsets")
+    sizes = [row[0] for row in gathered]
+    if offsets[-1] != sum(sizes):
+        raise _errors.ShapeError(f"cu_seqlens ends at {offsets[-1]} but the ranks' slices hold {sum(sizes)} tokens "
+                                 f"({sizes}): the offsets index the concatenation of every rank's slice")
+    return _slices(offsets, sizes)
+
+
+def _chain(slices, rank, step):
+    """The ranks, from rank + step on in the direction of step (skipping empty slices), that a
+    sequence crossing rank's boundary on that side goes through, up to the first one it does not
+    pass through: that rank's summary is the chain's fresh end."""
+    chain, j = [], rank + step
+    while True:
+        if slices[j].size > 0:
+            chain.append(j)
+            if not slices[j].passes_through:
+                return chain
+        j += step
+
+
+def _incoming_state(chain, M, E):
+    """The state a rank's slice starts from: its chain's summaries combined in rank order (every
+    rank that needs one computes the same sums). M[i], E[i]: those of rank chain[i]."""
+    S = E[-1]
+    for i in reversed(range(len(chain) - 1)):
+        S = torch.matmul(M[i], S) + E[i]
+    return S
+
+
+def _outgoing_gradient(chain, M, G):
+    """The gradient of the state a rank's slice ends in: its chain's shares combined from the far end."""
+    dS = G[-1]
+    for i in reversed(range(len(chain) - 1)):
+        dS = G[i] + torch.matmul(M[i].transpose(-1, -2), dS)
+    return dS
+
+
+class _ContextParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, gate, beta, initial_state, offsets, scale, want_final, l2norm, precision, group):
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        slices = _layout(q.shape[1], offsets, group, world, q.device)
+        me = slices[rank]
+        HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+        state_dtype = torch.float64 if v.dtype == torch.float64 else torch.float32
+        head = me.head_end  # tokens [0, head): the continuing sequence's, if one continues in
+
+        # The sequences that begin on this rank: one plain call.
+        first_rest = me.first + (1 if me.continues_in else 0)
+        rest = me.sequences - (1 if me.continues_in else 0)
+        o_rest = final_rest = None
+        if rest > 0 and me.size == 0:  # only empty sequences: each ends in the state it begins with
+            o_rest = v.new_empty(v.shape)
+            final_rest = initial_state[first_rest:first_rest + rest] if initial_state is not None else \
+                torch.zeros(rest, HV, K, V, dtype=state_dtype, device=q.device)
+        elif rest > 0:
+            rest_offsets = torch.tensor([t - head for t in me.offsets[me.sequences - rest:]], dtype=torch.int64)
+            s0 = None if initial_state is None else readable_state(initial_state[first_rest:first_rest + rest])
+            o_rest, final_rest = _forward(q[:, head:], k[:, head:], v[:, head:], gate[:, head:], beta[:, head:], s0,
+                                          rest_offsets, scale, True, l2norm, False, precision)
+        # The continuing one: the widened call, in the state's dtype (half inputs' outputs are rounded once, below).
+        S = P = M_head = None
+        summary = torch.zeros(HV, K, K + V, dtype=state_dtype, device=q.device)  # [M | E], what this rank sends
+        if me.continues_in:
+            part = lambda x: x[:, :head].to(state_dtype)  # noqa: E731
+            widened_v = torch.cat([part(v), v.new_zeros((1, head, HV, K), dtype=state_dtype)], dim=-1)
+            widened_s0 = torch.cat([torch.zeros(1, HV, K, V, dtype=state_dtype, device=q.device),
+                                    torch.eye(K, dtype=state_dtype, device=q.device).expand(1, HV, K, K)], dim=-1)
+            o_wide, final_wide = _forward(part(q), part(k), widened_v, gate[:, :head], part(beta), widened_s0, None,
+                                          scale, True, l2norm, False, precision)
+            o_zero, P = o_wide[..., :V], o_wide[..., V:]
+            E_head, M_head = final_wide[0, ..., :V], final_wide[0, ..., V:]
+            if me.passes_through:
+                summary[..., :K], summary[..., K:] = M_head, E_head
+        if me.continues_out and not me.passes_through:
+            summary[..., K:] = final_rest[-1]
+        if any(s.continues_in for s in slices):  # the same answer on every rank: all take part or none
+            gathered = _all_gather(summary, group, world)
+
+        finals = torch.zeros(len(offsets) - 1, HV, K, V, dtype=state_dtype, device=q.device) if want_final else None
+        pieces = []
+        if me.continues_in:
+            chain = _chain(slices, rank, -1)
+            S = _incoming_state(chain, gathered[chain, ..., :K], gathered[chain, ..., K:])
+            pieces.append((o_zero + torch.einsum("bthk,hkv->bthv", P, S)).to(q.dtype if o_rest is None else o_rest.dtype))
+            if want_final and not me.passes_through:  # it ends here
+                finals[me.first] = E_head + torch.matmul(M_head, S)
+        if o_rest is not None:
+            pieces.append(o_rest)
+            if want_final:
+                ending = rest - (1 if me.continues_out else 0)
+                finals[first_rest:first_rest + ending] = final_rest[:ending]
+        out = torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0] if pieces else v.new_empty(v.shape)
+
+        # For the backward: the transitions of the ranks after this one that its last sequence passes through.
+        M_after = None
+        if me.continues_out:
+            after = _chain(slices, rank, +1)
+            M_after = gathered[after[:-1], ..., :K]
+        ctx.save_for_backward(q, k, v, gate, beta, initial_state, S, P, M_head, M_after)
+        ctx.plan = (slices, rank, world, group, scale, l2norm, precision, state_dtype)
+        return out, (finals if want_final else out.new_empty(0))
+
+    @staticmethod
+    def backward(ctx, d_out, d_finals):
+        q, k, v, gate, beta, initial_state, S, P, M_head, M_after = ctx.saved_tensors
+        slices, rank, world, group, scale, l2norm, precision, state_dtype = ctx.plan
+        me = slices[rank]
+        HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+        d_finals = d_finals if d_finals is not None and d_finals.numel() > 0 else None
+
+        # This rank's share of the gradient of the state its slice starts from.
+        G = torch.zeros(HV, K, V, dtype=state_dtype, device=q.device)
+        if me.continues_in:
+            if d_out is not None:
+                G += torch.einsum("bthk,bthv->hkv", P, d_out[:, :me.head_end].to(state_dtype))
+            if not me.passes_through and d_finals is not None:
+                G += torch.matmul(M_head.transpose(-1, -2), d_finals[me.first].to(state_dtype))
+        if any(s.continues_in for s in slices):
+            G_all = _all_gather(G, group, world)
+
+        count = me.sequences
+        if me.size == 0:  # no tokens; empty sequences, if any, end in the state they begin with
+            d_initial = None if initial_state is None else torch.zeros_like(initial_state)
+            if d_initial is not None and d_finals is not None:
+                d_initial[me.first:me.first + count] = d_finals[me.first:me.first + count]
+            return (*(torch.zeros_like(t) for t in (q, k, v, gate, beta)), d_initial, None, None, None, None, None, None)
+        # One plain backward over the slice, from the true starting state, with the true gradient at its end.
+        s0 = None
+        if initial_state is not None or me.continues_in:
+            s0 = initial_state[me.first:me.first + count].clone() if initial_state is not None else \
+                torch.zeros(count, HV, K, V, dtype=state_dtype, device=q.device)
+            if me.continues_in:
+                s0[0] = S
+        d_state = None
+        if d_finals is not None or me.continues_out:
+            d_state = d_finals[me.first:me.first + count].to(state_dtype, copy=True) if d_finals is not None else \
+                torch.zeros(count, HV, K, V, dtype=state_dtype, device=q.device)
+            if me.continues_out:
+                after = _chain(slices, rank, +1)
+                d_state[-1] = _outgoing_gradient(after, M_after, G_all[after])
+        dq, dk, dv, dgate, dbeta, ds0 = _backward_op(
+            q, k, v, gate, beta, s0, torch.tensor(me.offsets, dtype=torch.int64),
+            readable(d_out) if d_out is not None else None, d_state, scale, l2norm, False, precision)
+        d_initial = None
+        if initial_state is not None:
+            d_initial = torch.zeros_like(initial_state)
+            own = 1 if me.continues_in else 0
+            d_initial[me.first + own:me.first + count] = ds0[own:]
+        return dq, dk, dv, dgate, dbeta, d_initial, None, None, None, None, None, None
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                           cu_seqlens=None, *, group=None, precision="exact", **kwargs):
+    """:func:`gdn.torch.chunk_gated_delta_rule` over a sequence split between ranks (see the module).
+
+    q, k ``[1, T_rank, H, K]``, v ``[1, T_rank, HV, V]``, g and beta ``[1, T_rank, HV]`` (g may be
+    ``[1, T_rank, HV, K]``): this rank's slice. ``cu_seqlens``: the global offsets, the same on
+    every rank (None: the ranks' slices are one sequence). ``initial_state``: ``[N, HV, K, V]``,
+    global; each rank reads the rows of the sequences that begin on it. ``group``: the process
+    group (default: the world). Other arguments as :func:`gdn.torch.chunk_gated_delta_rule`;
+    states are ``[.., K, V]`` (no ``state_v_first``). Every rank of the group must call it, in the
+    same order as its other collectives.
+
+    Returns ``(o, final_state)``: o ``[1, T_rank, HV, V]``, this rank's slice of the output;
+    final_state ``[N, HV, K, V]`` with the rows of the sequences that end on this rank (zeros
+    elsewhere), None unless ``output_final_state``. Gradients flow to every input; that of
+    ``initial_state`` has the rows of the sequences that begin on this rank.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        raise _errors.InvalidArgumentError("gdn.torch.distributed needs an initialised torch.distributed process group")
+    group = group if group is not None else dist.group.WORLD
+    if "state_v_first" in kwargs and kwargs.pop("state_v_first"):
+        raise _errors.UnsupportedError("state_v_first: context parallel takes states as [N, HV, K, V]")
+    precision = _core.precision_value(precision)
+    p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, None, kwargs)
+    if p.q.shape[0] != 1:
+        raise _errors.ShapeError(f"q has batch {p.q.shape[0]}: context parallel splits one packed stream, so B must be 1 "
+                                 "(pack sequences with cu_seqlens)")
+    offsets = [int(x) for x in p.cu_seqlens.tolist()] if p.cu_seqlens is not None else None
+    if offsets is not None and (offsets[0] != 0 or any(b < a for a, b in zip(offsets, offsets[1:]))):
+        raise _errors.InvalidArgumentError(f"cu_seqlens must start at 0 and never decrease; got {offsets[:8]}...")
+    state = None
+    if initial_state is not None:
+        sequences = len(offsets) - 1 if offsets is not None else 1
+        check_state(initial_state, q, v, sequences, False)
+        state = readable_state(initial_state.to(p.state_dtype))
+    if offsets is None:  # one sequence over every rank's tokens: its length is known after the lengths' gather
+        total = torch.tensor([p.q.shape[1]], dtype=torch.int64, device=p.q.device)
+        dist.all_reduce(total, group=group)
+        offsets = [0, int(total.item())]
+    o, final = _ContextParallel.apply(p.q, p.k, p.v, p.gate, p.beta, state, offsets, p.scale,
+                                      bool(output_final_state), bool(use_qk_l2norm_in_kernel), precision, group)
+    return o.to(p.out_dtype), (final if output_final_state else None)

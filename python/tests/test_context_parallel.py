@@ -1,0 +1,170 @@
+"""gdn.torch.distributed: a packed token stream split over 2 and 4 gloo processes gives one process's
+outputs, final states and all six gradients.
+
+Each worker takes its slice of a fixed global stream (slices of unequal lengths, sequences
+crossing one or several rank boundaries, empty sequences), runs the context-parallel op and a
+backward from fixed output and final-state gradients, and saves what it got; the test puts the
+slices together (final states and initial-state gradients summed over ranks: each rank fills
+the rows of its own sequences) and compares with gdn.torch.chunk_gated_delta_rule in one
+process on the whole stream. float64 runs on the ref backend and must agree to 1e-12; float32
+on the cpu backend, against the float64 result, to the library's thresholds (NMSE 1e-10
+forward, 1e-9 backward). The store is a file, so nothing listens on a port.
+"""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import gdn  # noqa: E402
+import gdn.torch  # noqa: E402
+import gdn.torch.distributed as gcp  # noqa: E402
+
+FORWARD_NMSE_F32, BACKWARD_NMSE_F32 = 1e-10, 1e-9
+NAMES = ("q", "k", "v", "g", "beta", "h0")
+
+# (name, shape (H, HV, K, V), gate, decay, cu_seqlens, the ranks' slice lengths per world size)
+CASES = [
+    # Qwen3.5-27B's delta-net heads; one sequence crosses each boundary, another begins mid-slice.
+    ("27b", (16, 48, 128, 128), "scalar", "weak", [0, 37, 90, 130], {2: [61, 69], 4: [20, 35, 40, 35]}),
+    # A long sequence through several ranks whole (their summaries are transitions, which weak decay
+    # keeps from vanishing), empty sequences at a boundary and at the end, a rank with no tokens.
+    ("through", (2, 4, 32, 24), "scalar", "weak", [0, 5, 5, 100, 100, 120, 120],
+     {2: [50, 70], 4: [30, 0, 40, 50]}),
+    # KDA: a decay per key channel, strong; sequences ending exactly at rank boundaries.
+    ("kda", (2, 4, 16, 20), "kda", "strong", [0, 30, 45, 80], {2: [45, 35], 4: [30, 15, 20, 15]}),
+]
+
+
+def make_inputs(case, dtype):
+    _, (H, HV, K, V), gate, decay, offsets, _ = case
+    T, N = offsets[-1], len(offsets) - 1
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(1, T, H, K, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, T, H, K, generator=gen, dtype=torch.float64)
+    v = torch.randn(1, T, HV, V, generator=gen, dtype=torch.float64)
+    a_log = {"strong": 1.0, "weak": -4.0}[decay]
+    g_shape = (1, T, HV, K) if gate == "kda" else (1, T, HV)
+    g = -torch.exp(torch.tensor(a_log, dtype=torch.float64)) * torch.nn.functional.softplus(
+        torch.randn(*g_shape, generator=gen, dtype=torch.float64))
+    beta = torch.sigmoid(torch.randn(1, T, HV, generator=gen, dtype=torch.float64))
+    h0 = torch.randn(N, HV, K, V, generator=gen, dtype=torch.float64) * 0.5
+    d_out = torch.randn(1, T, HV, V, generator=gen, dtype=torch.float64)
+    d_final = torch.randn(N, HV, K, V, generator=gen, dtype=torch.float64)
+    inputs = [x.to(dtype) for x in (q, k, v, g, beta, h0)]
+    return inputs, d_out.to(dtype), d_final.to(dtype), torch.tensor(offsets, dtype=torch.int64)
+
+
+def run(fn, inputs, d_out, d_final, cu_seqlens, **kw):
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    o, final = fn(*leaves[:5], initial_state=leaves[5], output_final_state=True, use_qk_l2norm_in_kernel=True,
+                  cu_seqlens=cu_seqlens, **kw)
+    ((o * d_out).sum() + (final * d_final).sum()).backward()
+    return o.detach(), final.detach(), [x.grad for x in leaves]
+
+
+def worker(rank, world, store, results, dtype_name):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        dtype = getattr(torch, dtype_name)
+        for case in CASES:
+            inputs, d_out, d_final, cu = make_inputs(case, dtype)
+            sizes = case[5][world]
+            t0, t1 = sum(sizes[:rank]), sum(sizes[:rank + 1])
+            mine = [x[:, t0:t1] for x in inputs[:5]] + [inputs[5]]
+            o, final, grads = run(gcp.chunk_gated_delta_rule, mine, d_out[:, t0:t1], d_final, cu)
+            torch.save({"o": o, "final": final, "grads": grads}, os.path.join(results, f"{case[0]}-{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(world, dtype_name, tmp_path):
+    context = mp.get_context("spawn")
+    workers = [context.Process(target=worker, args=(rank, world, str(tmp_path / "store"), str(tmp_path), dtype_name))
+               for rank in range(world)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(timeout=300)
+    hung = [p.pid for p in workers if p.is_alive()]
+    for p in workers:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert not hung, f"context-parallel workers {hung} did not finish in 300 s"
+    assert [p.exitcode for p in workers] == [0] * world, "a context-parallel worker failed (its traceback is above)"
+
+
+def joined(tmp_path, case, world):
+    """The ranks' results as one process's: slices concatenated, per-sequence rows summed."""
+    ranks = [torch.load(tmp_path / f"{case[0]}-{r}.pt") for r in range(world)]
+    o = torch.cat([r["o"] for r in ranks], dim=1)
+    final = sum(r["final"] for r in ranks)
+    grads = [torch.cat([r["grads"][i] for r in ranks], dim=1) for i in range(5)]
+    grads.append(sum(r["grads"][5] for r in ranks))
+    return o, final, grads
+
+
+def nmse(a, b):
+    a, b = a.double(), b.double()
+    return float(((a - b) ** 2).sum() / (b * b).sum().clamp_min(1e-300))
+
+
+def relative_error(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_float64_split_equals_one_process(world, tmp_path):
+    spawn(world, "float64", tmp_path)
+    torch.set_num_threads(1)
+    for case in CASES:
+        inputs, d_out, d_final, cu = make_inputs(case, torch.float64)
+        o_ref, final_ref, grads_ref = run(gdn.torch.chunk_gated_delta_rule, inputs, d_out, d_final, cu)
+        o, final, grads = joined(tmp_path, case, world)
+        assert relative_error(o, o_ref) < 1e-12, case[0]
+        assert relative_error(final, final_ref) < 1e-12, case[0]
+        for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
+            assert grad_ref.abs().max() > 0, (case[0], name)
+            assert relative_error(grad, grad_ref) < 1e-12, (case[0], name)
+
+
+def test_float64_premise_a_slice_alone_differs(tmp_path):
+    """Without the other ranks' summaries a rank's slice gives other outputs (so the tests above
+    test the exchange): the second rank's slice of the 27B case, computed alone."""
+    case = CASES[0]
+    inputs, d_out, d_final, cu = make_inputs(case, torch.float64)
+    o_ref, _, _ = run(gdn.torch.chunk_gated_delta_rule, inputs, d_out, d_final, cu)
+    t0 = case[5][2][0]
+    alone = [x[:, t0:] for x in inputs[:5]]
+    local = torch.tensor([0, 90 - t0, 130 - t0])  # its two sequences, the first cut at t0
+    o_alone, _ = gdn.torch.chunk_gated_delta_rule(*alone, initial_state=inputs[5][1:], cu_seqlens=local,
+                                                  use_qk_l2norm_in_kernel=True)
+    assert relative_error(o_alone, o_ref[:, t0:]) > 1e-3
+
+
+def test_float32_split_within_the_thresholds(tmp_path):
+    spawn(2, "float32", tmp_path)
+    torch.set_num_threads(1)
+    for case in CASES:
+        inputs, d_out, d_final, cu = make_inputs(case, torch.float64)
+        o_ref, final_ref, grads_ref = run(gdn.torch.chunk_gated_delta_rule, inputs, d_out, d_final, cu)
+        o, final, grads = joined(tmp_path, case, 2)
+        assert o.dtype == torch.float32
+        assert nmse(o, o_ref) < FORWARD_NMSE_F32, case[0]
+        assert nmse(final, final_ref) < FORWARD_NMSE_F32, case[0]
+        for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
+            assert nmse(grad, grad_ref) < BACKWARD_NMSE_F32, (case[0], name)
+
+
+def test_needs_a_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    x = torch.zeros(1, 4, 1, 8)
+    with pytest.raises(gdn.InvalidArgumentError, match="process group"):
+        gcp.chunk_gated_delta_rule(x, x, x, torch.zeros(1, 4, 1), torch.ones(1, 4, 1))
