@@ -12,6 +12,9 @@ forward, 1e-9 backward). The store is a file, so nothing listens on a port.
 """
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -168,3 +171,14 @@ def test_needs_a_process_group():
     x = torch.zeros(1, 4, 1, 8)
     with pytest.raises(gdn.InvalidArgumentError, match="process group"):
         gcp.chunk_gated_delta_rule(x, x, x, torch.zeros(1, 4, 1), torch.ones(1, 4, 1))
+
+
+def test_example_trains_with_one_process_gradients():
+    """examples/context_parallel/train.py, three steps: its own check of step 0's gradients passes."""
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "context_parallel" / "train.py"
+    if not example.exists():
+        pytest.skip("the example is in the source tree (this is a copy of the tests)")
+    r = subprocess.run([sys.executable, str(example), "--steps", "3", "--check"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "step 0: gradients of 2 processes against one" in r.stdout, r.stdout
