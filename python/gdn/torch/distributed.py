@@ -40,7 +40,8 @@ initial state's gradient), zero elsewhere, so their sum over ranks is one proces
 zero-length sequence belongs to the rank whose slice starts at or after its offset.
 """
 
-from typing import List, NamedTuple, Optional
+import bisect
+from typing import List, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -90,7 +91,9 @@ def _slices(offsets, sizes):
     for r, size in enumerate(sizes):
         t0, t1 = starts[r], starts[r + 1]
         owned = []
-        for n in range(len(offsets) - 1):
+        # Only the sequences around the slice can touch it (empty ones sit at repeated offsets).
+        for n in range(max(bisect.bisect_left(offsets, t0) - 1, 0), min(bisect.bisect_right(offsets, t1),
+                                                                         len(offsets) - 1)):
             begin, end = offsets[n], offsets[n + 1]
             if begin < end:
                 mine = size > 0 and begin < t1 and end > t0
