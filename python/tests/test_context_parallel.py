@@ -21,11 +21,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 import gdn  # noqa: E402
 import gdn.torch  # noqa: E402
 import gdn.torch.distributed as gcp  # noqa: E402
+from process_group import run_workers  # noqa: E402
 
 FORWARD_NMSE_F32, BACKWARD_NMSE_F32 = 1e-10, 1e-9
 NAMES = ("q", "k", "v", "g", "beta", "h0")
@@ -87,20 +87,7 @@ def worker(rank, world, store, results, dtype_name):
 
 
 def spawn(world, dtype_name, tmp_path):
-    context = mp.get_context("spawn")
-    workers = [context.Process(target=worker, args=(rank, world, str(tmp_path / "store"), str(tmp_path), dtype_name))
-               for rank in range(world)]
-    for p in workers:
-        p.start()
-    for p in workers:
-        p.join(timeout=300)
-    hung = [p.pid for p in workers if p.is_alive()]
-    for p in workers:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    assert not hung, f"context-parallel workers {hung} did not finish in 300 s"
-    assert [p.exitcode for p in workers] == [0] * world, "a context-parallel worker failed (its traceback is above)"
+    run_workers(worker, world, (world, str(tmp_path / "store"), str(tmp_path), dtype_name), "context-parallel")
 
 
 def joined(tmp_path, case, world):

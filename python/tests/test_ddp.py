@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import gdn.torch  # noqa: E402
+from process_group import run_workers  # noqa: E402
 
 WORLD_SIZE = 2
 GLOBAL_BATCH, T, D = 4, 33, 24
@@ -93,20 +93,7 @@ def relative_error(a, b):
 
 
 def test_ddp_gradients_equal_one_process_on_the_global_batch(tmp_path):
-    context = mp.get_context("spawn")
-    workers = [context.Process(target=worker, args=(rank, str(tmp_path / "store"), str(tmp_path)))
-               for rank in range(WORLD_SIZE)]
-    for p in workers:
-        p.start()
-    for p in workers:
-        p.join(timeout=120)
-    hung = [p.pid for p in workers if p.is_alive()]
-    for p in workers:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    assert not hung, f"DDP workers {hung} did not finish in 120 s"
-    assert [p.exitcode for p in workers] == [0] * WORLD_SIZE, "a DDP worker failed (its traceback is above)"
+    run_workers(worker, WORLD_SIZE, (str(tmp_path / "store"), str(tmp_path)), "DDP", timeout=120)
 
     torch.set_num_threads(1)
     x, y = global_batch()

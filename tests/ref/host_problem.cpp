@@ -208,11 +208,11 @@ bool same_bits(const HostTensor &a, const HostTensor &b) {
     return a.type() == b.type() && a.ne() == b.ne() && a.bytes() == b.bytes();
 }
 
-RefContext::RefContext() {
-    if (gdn_context_create("ref", nullptr, &ctx_) != GDN_OK)
-        throw std::runtime_error(std::string("cannot create a ref context: ") + gdn_last_create_error());
+BackendContext::BackendContext(const char *backend) {
+    if (gdn_context_create(backend, nullptr, &ctx_) != GDN_OK)
+        throw std::runtime_error(std::string("cannot create a ") + backend + " context: " + gdn_last_create_error());
 }
 
-RefContext::~RefContext() { gdn_context_free(ctx_); }
+BackendContext::~BackendContext() { gdn_context_free(ctx_); }
 
 }  // namespace gdn::reftest

@@ -93,17 +93,23 @@ Gradients backward(gdn_context *ctx, const HostProblem &p, const HostTensor &d_o
 double relative_difference(const HostTensor &a, const HostTensor &b);
 bool same_bits(const HostTensor &a, const HostTensor &b);
 
-// A ref context for one test.
-class RefContext {
+// A context of one backend ("ref", "cpu", ...) for one test; throws std::runtime_error when it
+// cannot be created.
+class BackendContext {
 public:
-    RefContext();
-    ~RefContext();
-    RefContext(const RefContext &) = delete;
-    RefContext &operator=(const RefContext &) = delete;
+    explicit BackendContext(const char *backend);
+    ~BackendContext();
+    BackendContext(const BackendContext &) = delete;
+    BackendContext &operator=(const BackendContext &) = delete;
     gdn_context *get() const { return ctx_; }
 
 private:
     gdn_context *ctx_ = nullptr;
+};
+
+class RefContext : public BackendContext {
+public:
+    RefContext() : BackendContext("ref") {}
 };
 
 }  // namespace gdn::reftest

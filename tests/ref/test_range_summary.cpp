@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-#include <stdexcept>
 #include <utility>
 #include <string>
 #include <vector>
@@ -20,21 +19,6 @@
 namespace {
 
 using namespace gdn::reftest;
-
-class Context {
-public:
-    explicit Context(const char *backend) {
-        if (gdn_context_create(backend, nullptr, &ctx_) != GDN_OK)
-            throw std::runtime_error(std::string("cannot create a context: ") + gdn_last_create_error());
-    }
-    ~Context() { gdn_context_free(ctx_); }
-    Context(const Context &) = delete;
-    Context &operator=(const Context &) = delete;
-    gdn_context *get() const { return ctx_; }
-
-private:
-    gdn_context *ctx_ = nullptr;
-};
 
 HostTensor tokens(const HostTensor &t, int64_t t0, int64_t t1) { return gather(t, 2, range(t0, t1)); }
 
@@ -158,8 +142,8 @@ class RangeSummary : public testing::TestWithParam<Split> {};
 
 TEST_P(RangeSummary, SplitForwardAndBackwardEqualTheWholeCall) {
     const Split &c = GetParam();
-    Context ctx(c.backend);
-    Context ref("ref");
+    BackendContext ctx(c.backend);
+    RefContext ref;
     const HostProblem p = problem_for(c, c.type);
     const HostProblem truth_problem = problem_for(c, GDN_TYPE_F64);
     const ForwardResult whole = forward(ctx.get(), p);

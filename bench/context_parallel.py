@@ -1,0 +1,120 @@
+"""What context parallel costs and gives on one host: gdn.torch.distributed over gloo processes
+against one process, at a model's delta-net shape.
+
+    python bench/context_parallel.py [--tokens 4096] [--ranks 2] [--rounds 5] [--shape 27b|80b]
+
+One sequence of --tokens tokens, float32, q and k normalised by the op (as models call it), an
+initial state, forward and backward from fixed cotangents. Times, in alternating rounds (so
+that the host's load weighs on both alike):
+
+- one process, --ranks threads, the whole sequence (gdn.torch.chunk_gated_delta_rule);
+- --ranks gloo processes, one thread each, each its equal slice (gdn.torch.distributed), the
+  sequence crossing every boundary: the wall time of the slowest rank, per call, measured
+  between barriers.
+
+Prints the medians and ranges, over the rounds, of each round's median forward and forward +
+backward per configuration.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+SHAPES = {"27b": (16, 48, 128, 128), "80b": (16, 32, 128, 128)}
+
+
+def inputs(T, shape, seed=0):
+    H, HV, K, V = shape
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(1, T, H, K, generator=gen) for _ in range(2))
+    v = torch.randn(1, T, HV, V, generator=gen)
+    g = -torch.nn.functional.softplus(torch.randn(1, T, HV, generator=gen)) * 0.05
+    beta = torch.rand(1, T, HV, generator=gen)
+    h0 = 0.1 * torch.randn(1, HV, K, V, generator=gen)
+    d_out = torch.randn(1, T, HV, V, generator=gen)
+    return (q, k, v, g, beta, h0), d_out
+
+
+def timed_call(fn, args, d_out, backward):
+    leaves = [x.detach().clone().requires_grad_(backward) for x in args]
+    start = time.perf_counter()
+    o, _ = fn(*leaves[:5], initial_state=leaves[5], use_qk_l2norm_in_kernel=True)
+    if backward:
+        (o * d_out).sum().backward()
+    return time.perf_counter() - start
+
+
+def worker(rank, world, store, T, shape, rounds, out):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    import gdn.torch.distributed as gcp
+    args, d_out = inputs(T, shape)
+    t0, t1 = rank * T // world, (rank + 1) * T // world
+    mine = [x[:, t0:t1] for x in args[:5]] + [args[5]]
+    times = {"fwd": [], "fwd+bwd": []}
+    for r in range(rounds + 1):  # round 0 warms up
+        for name, backward in (("fwd", False), ("fwd+bwd", True)):
+            dist.barrier()
+            dt = torch.tensor([timed_call(gcp.chunk_gated_delta_rule, mine, d_out[:, t0:t1], backward)])
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            if r > 0:
+                times[name].append(dt.item())
+    if rank == 0:
+        torch.save(times, out)
+    dist.destroy_process_group()
+
+
+def one_process(T, shape, threads, rounds):
+    import gdn.torch
+    torch.set_num_threads(threads)
+    args, d_out = inputs(T, shape)
+    times = {"fwd": [], "fwd+bwd": []}
+    for r in range(rounds + 1):
+        for name, backward in (("fwd", False), ("fwd+bwd", True)):
+            dt = timed_call(gdn.torch.chunk_gated_delta_rule, args, d_out, backward)
+            if r > 0:
+                times[name].append(dt)
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="alternations; each times 3 calls of each kind")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="27b")
+    args = parser.parse_args()
+    shape = SHAPES[args.shape]
+    results = {"one process": {"fwd": [], "fwd+bwd": []}, "context parallel": {"fwd": [], "fwd+bwd": []}}
+    with tempfile.TemporaryDirectory() as scratch:
+        for r in range(args.rounds):
+            single = one_process(args.tokens, shape, args.ranks, 3)
+            out = os.path.join(scratch, f"cp{r}.pt")
+            mp.spawn(worker, args=(args.ranks, os.path.join(scratch, f"store{r}"), args.tokens, shape, 3, out),
+                     nprocs=args.ranks)
+            split = torch.load(out)
+            for name in ("fwd", "fwd+bwd"):
+                results["one process"][name].append(statistics.median(single[name]))
+                results["context parallel"][name].append(statistics.median(split[name]))
+    H, HV, K, V = shape
+    print(f"{args.shape} delta-net shape (H {H}, HV {HV}, K {K}, V {V}), T = {args.tokens}, float32, "
+          f"{args.ranks} threads in one process against {args.ranks} processes of one thread; "
+          f"medians (ranges) of {args.rounds} alternating rounds, ms")
+    print("| configuration | forward | forward + backward |")
+    print("|---|---|---|")
+    for config, times in results.items():
+        cells = [f"{statistics.median(times[n]) * 1e3:.1f} ({min(times[n]) * 1e3:.1f}-{max(times[n]) * 1e3:.1f})"
+                 for n in ("fwd", "fwd+bwd")]
+        print(f"| {config} | {cells[0]} | {cells[1]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
