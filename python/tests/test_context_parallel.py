@@ -169,3 +169,73 @@ def test_example_trains_with_one_process_gradients():
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "step 0: gradients of 2 processes against one" in r.stdout, r.stdout
+
+
+# ---- DDP over the other dimension -------------------------------------------------------------
+# 4 processes: 2 data-parallel replicas, each splitting its stream over 2 context-parallel ranks
+# (rank = 2 * replica + slice). DDP runs over all 4 and averages their gradients, so each rank's
+# loss is its slice's share of its stream's loss times the context-parallel size: the average is
+# then the mean over the streams of each stream's gradient (summed over its slices).
+DDP_T, DDP_D, DDP_OFFSETS, DDP_CUT = 50, 12, [0, 17, 50], 23
+
+
+class _Mixer(torch.nn.Module):
+    """One gated delta-net mixer with a residual over a packed stream [1, T, D]: 2 key heads, 4
+    value heads, key size 8, value size 6."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(DDP_D, 2 * 2 * 8 + 4 * 6, bias=False)
+        self.decay_and_beta = torch.nn.Linear(DDP_D, 2 * 4)
+        self.out = torch.nn.Linear(4 * 6, DDP_D, bias=False)
+
+    def forward(self, x, op, **kw):
+        T = x.shape[1]
+        q, k, v = self.qkv(x).split([16, 16, 24], dim=-1)
+        a, b = self.decay_and_beta(x).chunk(2, dim=-1)
+        o, _ = op(q.reshape(1, T, 2, 8), k.reshape(1, T, 2, 8), v.reshape(1, T, 4, 6), -torch.nn.functional.softplus(a),
+                  b.sigmoid(), cu_seqlens=torch.tensor(DDP_OFFSETS), use_qk_l2norm_in_kernel=True, **kw)
+        return x + self.out(o.reshape(1, T, 24))
+
+
+def _ddp_model():
+    torch.manual_seed(0)
+    return _Mixer().to(torch.float64)
+
+
+def _ddp_data():
+    gen = torch.Generator().manual_seed(3)
+    return (torch.randn(2, DDP_T, DDP_D, generator=gen, dtype=torch.float64),
+            torch.randn(2, DDP_T, DDP_D, generator=gen, dtype=torch.float64))
+
+
+def _ddp_worker(rank, store, results):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
+    try:
+        cp_groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank creates every group
+        replica, part = divmod(rank, 2)
+        ddp = torch.nn.parallel.DistributedDataParallel(_ddp_model())
+        x, y = _ddp_data()
+        t0, t1 = (0, DDP_CUT) if part == 0 else (DDP_CUT, DDP_T)
+        out = ddp(x[replica:replica + 1, t0:t1], gcp.chunk_gated_delta_rule, group=cp_groups[replica])
+        share = ((out - y[replica:replica + 1, t0:t1]) ** 2).sum() / (DDP_T * DDP_D)
+        (2 * share).backward()
+        torch.save({n.removeprefix("module."): p.grad for n, p in ddp.named_parameters()},
+                   os.path.join(results, f"ddp{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_over_replicas_of_context_parallel_pairs(tmp_path):
+    run_workers(_ddp_worker, 4, (str(tmp_path / "store"), str(tmp_path)), "DDP x context-parallel")
+    torch.set_num_threads(1)
+    model = _ddp_model()
+    x, y = _ddp_data()
+    losses = [((model(x[r:r + 1], gdn.torch.chunk_gated_delta_rule) - y[r:r + 1]) ** 2).mean() for r in range(2)]
+    (sum(losses) / 2).backward()
+    for rank in range(4):
+        grads = torch.load(tmp_path / f"ddp{rank}.pt")
+        for name, p in model.named_parameters():
+            assert p.grad.abs().max() > 0, name
+            assert relative_error(grads[name], p.grad) < 1e-12, (rank, name)
