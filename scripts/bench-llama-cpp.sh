@@ -10,7 +10,8 @@ rounds=${2:-5}
 shift $(( $# >= 2 ? 2 : 1 ))
 options=("$@")
 ((${#options[@]})) || options=(-p 512 -n 64 -r 2 -t 2)
-eval "$(scripts/setup-llama-cpp.sh)"
+setup=$(scripts/setup-llama-cpp.sh)  # (a failure stops here: eval of a failed substitution would not)
+eval "$setup"
 for ((round = 1; round <= rounds; ++round)); do
   for mode in without-gdn with-gdn; do
     if [[ $mode == with-gdn ]]; then export GGML_BACKEND_PATH=$GGML_GDN; else unset GGML_BACKEND_PATH; fi

@@ -17,14 +17,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.3.36
 sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-url=https://files.pythonhosted.org/packages/source/l/llama-cpp-python/llama_cpp_python-$version.tar.gz
+file=llama_cpp_python-$version.tar.gz
+# The file's address from the package index's simple page (PIP_INDEX_URL when set), as pip finds
+# it: the index's shortcut addresses by name are not served everywhere.
+index=${PIP_INDEX_URL:-https://pypi.org/simple}
+index=${index%/}/llama-cpp-python/
 cache=${GDN_LLAMA_CPP_CACHE:-${HOME:-/root}/.cache/gdn/llama-cpp}
 jobs=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 say() { echo "setup-llama-cpp: $*" >&2; }
 mkdir -p "$cache"
 
-tarball=$cache/llama_cpp_python-$version.tar.gz
+tarball=$cache/$file
 if [[ ! -f "$tarball" ]] || ! echo "$sha256  $tarball" | sha256sum -c --quiet - 2>/dev/null; then
+  say "looking up $file in $index"
+  href=$(curl -fsSL --retry 3 "$index" | grep -o "href=\"[^\"#]*$file[#\"]" | head -1 | sed 's/^href="//; s/[#"]$//') || true
+  [[ -n $href ]] || { say "$index lists no $file"; exit 1; }
+  case $href in
+    http://* | https://*) url=$href ;;
+    /*) url=$(echo "$index" | sed 's#^\(https\?://[^/]*\).*#\1#')$href ;;
+    *) url=$index$href ;;
+  esac
   say "fetching $url"
   curl -fsSL --retry 3 -o "$tarball.part" "$url"
   echo "$sha256  $tarball.part" | sha256sum -c --quiet - || { say "sha256 mismatch for $url"; exit 1; }
@@ -39,15 +51,21 @@ if [[ ! -f "$src/.unpacked" ]]; then
   touch "$src/.unpacked"
 fi
 
-# The CPU backend for the x86-64 level of the hosts this runs on (AVX-512 with BF16 and VNNI; AMX
-# left out: ggml uses it for quantized types only), set explicitly so that the cached build does
-# not change with the host that configured it. OpenMP (ggml's default) is what libggml-gdn's
-# threads join.
+# The CPU backend for this host's instruction set, each extension ggml can use turned on when the
+# host's CPU flags list it: a backend built for more than the host has is not loaded at all
+# (ggml checks the CPU's features first: a fixed AVX-512 + AVX-VNNI build was not, on a Zen 4),
+# and GGML_NATIVE does not combine with dynamic backends. The flags are in the options, so the
+# cache keeps one build per host class. AMX is left out (ggml uses it for quantized types only).
+# OpenMP (ggml's default) is what libggml-gdn's threads join.
+host_flags=" $(grep -m1 -E '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+isa=()
+for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 sse4_2:SSE42 avx512f:AVX512 avx512_bf16:AVX512_BF16 \
+            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx_vnni:AVX_VNNI; do
+  if [[ $host_flags == *" ${pair%%:*} "* ]]; then isa+=("-DGGML_${pair#*:}=ON"); else isa+=("-DGGML_${pair#*:}=OFF"); fi
+done
 options=(
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON
-  -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=ON
-  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_SSE42=ON
-  -DGGML_AVX512=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON
+  -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=ON "${isa[@]}"
   -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
   -DLLAMA_OPENSSL=OFF
 )

@@ -9,7 +9,8 @@
 # and says so. Builds what it needs with scripts/setup-llama-cpp.sh (cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup-llama-cpp.sh)"
+setup=$(scripts/setup-llama-cpp.sh)  # (a failure stops here: eval of a failed substitution would not)
+eval "$setup"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 GGML_BACKEND_PATH=$GGML_GDN timeout 1200 "$LLAMA_CPP_BIN/test-backend-ops" test -b GDN -o GATED_DELTA_NET 2>&1 | tee "$log" \
