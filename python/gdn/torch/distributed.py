@@ -48,7 +48,7 @@ import torch.distributed as dist
 
 from .. import _core, _errors
 from .._fla_args import check_state, prepare, readable, readable_state
-from . import _backward_op, _forward
+from . import _backward_op, _empty, _forward
 
 __all__ = ["chunk_gated_delta_rule"]
 
@@ -192,7 +192,9 @@ class _ContextParallel(torch.autograd.Function):
         summary = torch.zeros(HV, K, K + V, dtype=state_dtype, device=q.device)  # [M | E], what this rank sends
         if me.continues_in:
             part = lambda x: x[:, :head].to(state_dtype)  # noqa: E731
-            widened_v = torch.cat([part(v), v.new_zeros((1, head, HV, K), dtype=state_dtype)], dim=-1)
+            widened_v = _empty((1, head, HV, V + K), v, state_dtype)  # (huge pages: a cat faulted 4 KiB pages in)
+            widened_v[..., :V].copy_(v[:, :head])
+            widened_v[..., V:].zero_()
             widened_s0 = torch.cat([torch.zeros(1, HV, K, V, dtype=state_dtype, device=q.device),
                                     torch.eye(K, dtype=state_dtype, device=q.device).expand(1, HV, K, K)], dim=-1)
             o_wide, final_wide = _forward(part(q), part(k), widened_v, gate[:, :head], part(beta), widened_s0, None,
@@ -211,7 +213,8 @@ class _ContextParallel(torch.autograd.Function):
         if me.continues_in:
             chain = _chain(slices, rank, -1)
             S = _incoming_state(chain, gathered[chain, ..., :K], gathered[chain, ..., K:])
-            pieces.append((o_zero + torch.einsum("bthk,hkv->bthv", P, S)).to(q.dtype if o_rest is None else o_rest.dtype))
+            o_zero[0].transpose(0, 1).baddbmm_(P[0].transpose(0, 1), S)  # o|zero + P S per head, in place
+            pieces.append(o_zero.to(q.dtype if o_rest is None else o_rest.dtype))
             if want_final and not me.passes_through:  # it ends here
                 finals[me.first] = E_head + torch.matmul(M_head, S)
         if o_rest is not None:
