@@ -29,17 +29,19 @@ mkdir -p "$cache"
 
 tarball=$cache/$file
 if [[ ! -f "$tarball" ]] || ! echo "$sha256  $tarball" | sha256sum -c --quiet - 2>/dev/null; then
-  say "looking up $file in $index"
-  href=$(curl -fsSL --retry 3 "$index" | grep -o "href=\"[^\"#]*$file[#\"]" | head -1 | sed 's/^href="//; s/[#"]$//') || true
-  [[ -n $href ]] || { say "$index lists no $file"; exit 1; }
+  shown_index=$(echo "$index" | sed 's#://[^/@]*@#://#')  # (credentials in the address are not printed)
+  say "looking up $file in $shown_index"
+  page=$(curl -fsSL --retry 3 "$index") || { say "cannot read $shown_index"; exit 1; }
+  href=$(grep -o "href=\"[^\"#]*$file[#\"]" <<<"$page" | head -1 | sed 's/^href="//; s/[#"]$//') || true
+  [[ -n $href ]] || { say "$shown_index lists no $file"; exit 1; }
   case $href in
     http://* | https://*) url=$href ;;
     /*) url=$(echo "$index" | sed 's#^\(https\?://[^/]*\).*#\1#')$href ;;
     *) url=$index$href ;;
   esac
-  say "fetching $url"
-  curl -fsSL --retry 3 -o "$tarball.part" "$url"
-  echo "$sha256  $tarball.part" | sha256sum -c --quiet - || { say "sha256 mismatch for $url"; exit 1; }
+  say "fetching $file"
+  curl -fsSL --retry 3 -o "$tarball.part" "$url" || { say "cannot fetch $file"; exit 1; }
+  echo "$sha256  $tarball.part" | sha256sum -c --quiet - || { say "sha256 mismatch for $file"; exit 1; }
   mv "$tarball.part" "$tarball"
 fi
 
@@ -57,11 +59,15 @@ fi
 # and GGML_NATIVE does not combine with dynamic backends. The flags are in the options, so the
 # cache keeps one build per host class. AMX is left out (ggml uses it for quantized types only).
 # OpenMP (ggml's default) is what libggml-gdn's threads join.
-host_flags=" $(grep -m1 -E '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+host_flags=" $( (grep -m1 -E '^flags' /proc/cpuinfo 2>/dev/null || true) | cut -d: -f2) "
+has() { local f; for f in "$@"; do [[ $host_flags == *" $f "* ]] || return 1; done; }
 isa=()
-for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 sse4_2:SSE42 avx512f:AVX512 avx512_bf16:AVX512_BF16 \
-            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx_vnni:AVX_VNNI; do
-  if [[ $host_flags == *" ${pair%%:*} "* ]]; then isa+=("-DGGML_${pair#*:}=ON"); else isa+=("-DGGML_${pair#*:}=OFF"); fi
+# ggml option: the flags it compiles for (GGML_AVX512 means F, CD, VL, DQ and BW together).
+for entry in AVX:avx AVX2:avx2 FMA:fma F16C:f16c BMI2:bmi2 SSE42:sse4_2 \
+             AVX512:avx512f,avx512cd,avx512vl,avx512dq,avx512bw AVX512_BF16:avx512_bf16 AVX512_VBMI:avx512vbmi \
+             AVX512_VNNI:avx512_vnni AVX_VNNI:avx_vnni; do
+  IFS=, read -r -a needed <<<"${entry#*:}"
+  if has "${needed[@]}"; then isa+=("-DGGML_${entry%%:*}=ON"); else isa+=("-DGGML_${entry%%:*}=OFF"); fi
 done
 options=(
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON

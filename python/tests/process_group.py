@@ -2,6 +2,8 @@
 joined with a deadline, killed if they hang; a worker's failure fails the test (its traceback
 is printed by the worker itself)."""
 
+import time
+
 import torch.multiprocessing as mp
 
 
@@ -11,8 +13,9 @@ def run_workers(target, world, args, what, timeout=300):
     workers = [context.Process(target=target, args=(rank, *args)) for rank in range(world)]
     for p in workers:
         p.start()
+    deadline = time.monotonic() + timeout  # one for all: a hang is reported after `timeout`, not world times it
     for p in workers:
-        p.join(timeout=timeout)
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
     hung = [p.pid for p in workers if p.is_alive()]
     for p in workers:
         if p.is_alive():

@@ -239,3 +239,74 @@ def test_ddp_over_replicas_of_context_parallel_pairs(tmp_path):
         for name, p in model.named_parameters():
             assert p.grad.abs().max() > 0, name
             assert relative_error(grads[name], p.grad) < 1e-12, (rank, name)
+
+
+# ---- bfloat16, no states, no offsets -----------------------------------------------------------
+# A model's training call: bfloat16 q, k, v, beta (float32 g), q and k normalised in the op, no
+# initial or final state, the ranks' slices one sequence (cu_seqlens None). The split's own
+# roundings are float32's (the summaries), far below bfloat16's, so its error against the float64
+# truth is one process's bfloat16 call's, within 1% per tensor (measured: within 2e-5). Both ways:
+# q and k normalised in float32 but not rounded to bfloat16, as one process rounds them, made the
+# split's error 0.6 of one process's.
+
+
+def _bf16_inputs():
+    inputs, d_out, _, _ = make_inputs(CASES[0], torch.float64)
+    q, k, v, g, beta, _ = inputs
+    return [q.bfloat16(), k.bfloat16(), v.bfloat16(), g.float(), beta.bfloat16()], d_out.bfloat16()
+
+
+def _bf16_run(fn, inputs, d_out, **kw):
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    o, final = fn(*leaves, use_qk_l2norm_in_kernel=True, **kw)
+    assert final is None
+    (o.float() * d_out.float()).sum().backward()
+    return o.detach(), [x.grad for x in leaves]
+
+
+def _bf16_worker(rank, store, results):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        inputs, d_out = _bf16_inputs()
+        t0, t1 = (0, 61) if rank == 0 else (61, inputs[0].shape[1])
+        o, grads = _bf16_run(gcp.chunk_gated_delta_rule, [x[:, t0:t1] for x in inputs], d_out[:, t0:t1])
+        # The output is the caller's own tensor, as one process's is: contiguous, not a view.
+        assert o.is_contiguous() and o._base is None and o.dtype == torch.bfloat16
+        torch.save({"o": o, "grads": grads}, os.path.join(results, f"bf16-{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_bfloat16_without_states_or_offsets_as_one_process(tmp_path):
+    run_workers(_bf16_worker, 2, (str(tmp_path / "store"), str(tmp_path)), "bfloat16 context-parallel")
+    torch.set_num_threads(1)
+    ranks = [torch.load(tmp_path / f"bf16-{r}.pt") for r in range(2)]
+    o = torch.cat([r["o"] for r in ranks], dim=1)
+    grads = [torch.cat([r["grads"][i] for r in ranks], dim=1) for i in range(5)]
+    inputs, d_out = _bf16_inputs()
+    o_one, grads_one = _bf16_run(gdn.torch.chunk_gated_delta_rule, inputs, d_out)
+    o_true, grads_true = _bf16_run(gdn.torch.chunk_gated_delta_rule, [x.double() for x in inputs], d_out.double())
+    for name, split, one, truth in zip(("o",) + NAMES[:5], [o] + grads, [o_one] + grads_one, [o_true] + grads_true):
+        assert split.dtype == one.dtype, name
+        ratio = relative_error(split, truth) / relative_error(one, truth)
+        assert abs(ratio - 1) <= 0.01, (name, ratio)
+
+
+def _disagreeing_worker(rank, store, results):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        x, v = torch.randn(1, 10, 1, 8), torch.randn(1, 10, 1, 4)
+        g, beta = -torch.rand(1, 10, 1), torch.rand(1, 10, 1)
+        offsets = torch.tensor([0, 5, 20] if rank == 0 else [0, 20])
+        with pytest.raises(gdn.InvalidArgumentError, match="the ranks' calls differ"):
+            gcp.chunk_gated_delta_rule(x, x, v, g, beta, cu_seqlens=offsets)
+        with pytest.raises(gdn.InvalidArgumentError, match="the ranks' calls differ"):
+            gcp.chunk_gated_delta_rule(x, x, v, g, beta, output_final_state=rank == 0)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_disagree_all_get_the_error_not_a_hang(tmp_path):
+    run_workers(_disagreeing_worker, 2, (str(tmp_path / "store"), str(tmp_path)), "disagreeing", timeout=120)

@@ -48,7 +48,7 @@ import torch.distributed as dist
 
 from .. import _core, _errors
 from .._fla_args import check_state, prepare, readable, readable_state
-from . import _backward_op, _empty, _forward
+from . import _backward_op, _empty, _forward, _normalized
 
 __all__ = ["chunk_gated_delta_rule"]
 
@@ -118,20 +118,27 @@ def _all_gather(x, group, world):
     return torch.stack(parts)
 
 
-def _layout(T, offsets, group, world, device):
-    """The ranks' slices, with a check that every rank passed the same offsets (their count and a
-    checksum ride on the lengths' all-gather): a mismatch is an error on every rank, not a hang."""
-    checksum = sum((i + 1) * c for i, c in enumerate(offsets)) % (1 << 61)
-    mine = torch.tensor([T, len(offsets), checksum], dtype=torch.int64, device=device)
+def _layout(T, offsets, flags, group, world, device):
+    """The ranks' slices. What every rank must agree on rides on the lengths' all-gather (the
+    offsets' count and a checksum, whether they were given, and `flags`: whether an initial state
+    is given and a final state wanted), so that a mismatch is an error on every rank, not a hang
+    or a wrong result. offsets None: the ranks' slices are one sequence."""
+    given = offsets is not None
+    checksum = sum((i + 1) * c for i, c in enumerate(offsets)) % (1 << 61) if given else 0
+    mine = torch.tensor([T, int(given), len(offsets) if given else 0, checksum, *flags], dtype=torch.int64,
+                        device=device)
     gathered = _all_gather(mine, group, world).cpu().tolist()
     if any(row[1:] != gathered[0][1:] for row in gathered):
         raise _errors.InvalidArgumentError(
-            "cu_seqlens differs between the ranks: every rank passes the same global offsets")
+            "the ranks' calls differ: every rank passes the same global cu_seqlens (or none), and an initial "
+            "state and output_final_state alike")
     sizes = [row[0] for row in gathered]
+    if not given:
+        offsets = [0, sum(sizes)]
     if offsets[-1] != sum(sizes):
         raise _errors.ShapeError(f"cu_seqlens ends at {offsets[-1]} but the ranks' slices hold {sum(sizes)} tokens "
                                  f"({sizes}): the offsets index the concatenation of every rank's slice")
-    return _slices(offsets, sizes)
+    return offsets, _slices(offsets, sizes)
 
 
 def _chain(slices, rank, step):
@@ -168,7 +175,8 @@ class _ContextParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, gate, beta, initial_state, offsets, scale, want_final, l2norm, precision, group):
         rank, world = dist.get_rank(group), dist.get_world_size(group)
-        slices = _layout(q.shape[1], offsets, group, world, q.device)
+        offsets, slices = _layout(q.shape[1], offsets, (initial_state is not None, want_final), group, world,
+                                  q.device)
         me = slices[rank]
         HV, K, V = v.shape[2], q.shape[3], v.shape[3]
         state_dtype = torch.float64 if v.dtype == torch.float64 else torch.float32
@@ -191,15 +199,20 @@ class _ContextParallel(torch.autograd.Function):
         S = P = M_head = None
         summary = torch.zeros(HV, K, K + V, dtype=state_dtype, device=q.device)  # [M | E], what this rank sends
         if me.continues_in:
+            # q and k normalised in their own dtype first (one process rounds them there), then
+            # widened to the state's dtype with everything else.
+            q_head, k_head = (_normalized(x[:, :head]) for x in (q, k)) if l2norm else (q[:, :head], k[:, :head])
             part = lambda x: x[:, :head].to(state_dtype)  # noqa: E731
             widened_v = _empty((1, head, HV, V + K), v, state_dtype)  # (huge pages: a cat faulted 4 KiB pages in)
             widened_v[..., :V].copy_(v[:, :head])
             widened_v[..., V:].zero_()
             widened_s0 = torch.cat([torch.zeros(1, HV, K, V, dtype=state_dtype, device=q.device),
                                     torch.eye(K, dtype=state_dtype, device=q.device).expand(1, HV, K, K)], dim=-1)
-            o_wide, final_wide = _forward(part(q), part(k), widened_v, gate[:, :head], part(beta), widened_s0, None,
-                                          scale, True, l2norm, False, precision)
-            o_zero, P = o_wide[..., :V], o_wide[..., V:]
+            o_wide, final_wide = _forward(q_head.to(state_dtype), k_head.to(state_dtype), widened_v, gate[:, :head],
+                                          part(beta), widened_s0, None, scale, True, False, False, precision)
+            # Their own tensors: the output returned, P saved for the backward (o_wide is freed).
+            o_zero, P = o_wide[..., :V].contiguous(), o_wide[..., V:].contiguous()
+            del o_wide
             E_head, M_head = final_wide[0, ..., :V], final_wide[0, ..., V:]
             if me.passes_through:
                 summary[..., :K], summary[..., K:] = M_head, E_head
@@ -293,7 +306,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     global; each rank reads the rows of the sequences that begin on it. ``group``: the process
     group (default: the world). Other arguments as :func:`gdn.torch.chunk_gated_delta_rule`;
     states are ``[.., K, V]`` (no ``state_v_first``). Every rank of the group must call it, in the
-    same order as its other collectives.
+    same order as its other collectives, and run its backward when one rank does (the backward's
+    all-gather waits for every rank). Ranks whose calls differ in ``cu_seqlens``, in passing an
+    initial state or in ``output_final_state`` get ``gdn.InvalidArgumentError``, all of them.
+    Saved for the backward besides the inputs: the continuing tokens' ``P`` (``T_head x HV x K``
+    values in float32) and the transitions of the ranks the slice's last sequence passes through.
 
     Returns ``(o, final_state)``: o ``[1, T_rank, HV, V]``, this rank's slice of the output;
     final_state ``[N, HV, K, V]`` with the rows of the sequences that end on this rank (zeros
@@ -318,10 +335,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         sequences = len(offsets) - 1 if offsets is not None else 1
         check_state(initial_state, q, v, sequences, False)
         state = readable_state(initial_state.to(p.state_dtype))
-    if offsets is None:  # one sequence over every rank's tokens: its length is known after the lengths' gather
-        total = torch.tensor([p.q.shape[1]], dtype=torch.int64, device=p.q.device)
-        dist.all_reduce(total, group=group)
-        offsets = [0, int(total.item())]
     o, final = _ContextParallel.apply(p.q, p.k, p.v, p.gate, p.beta, state, offsets, p.scale,
                                       bool(output_final_state), bool(use_qk_l2norm_in_kernel), precision, group)
     return o.to(p.out_dtype), (final if output_final_state else None)
