@@ -11,6 +11,7 @@
 #include "cpu/chunk_core.h"
 #include "cpu/chunk_plan.h"
 #include "cpu/paced_prefetch.h"
+#include "cpu/value_columns.h"
 
 namespace gdn::cpu {
 
@@ -32,10 +33,12 @@ struct ForwardWork {
 
 // Units [unit_begin, unit_end) of the group (all of them, or a slice where whole groups would
 // leave threads waiting, cpu/forward_schedule.h: the units of a forward are independent, and each
-// slice computes the group's Q K^T, K K^T itself, so the bits do not depend on the slicing). Chunks of at most max_chunk
-// tokens, cut where plan_chunks cuts them, planned as the forward goes.
-void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
-                   int64_t unit_end, ForwardWork &w);
+// slice computes the group's Q K^T, K K^T itself, so the bits do not depend on the slicing), and
+// of each unit the value columns `columns` (all of them, or a block where even single units
+// would leave threads waiting: cpu/value_columns.h, the same bits again). Chunks of at most
+// max_chunk tokens, cut where plan_chunks cuts them, planned as the forward goes.
+void forward_group(const ForwardArgs &call, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
+                   int64_t unit_end, ColumnRange columns, ForwardWork &w);
 
 // The backward stores the entry state of the first chunk of every segment of `chunks_per_segment`
 // chunks, then replays one segment at a time (chunks_per_segment is 1 unless snapshots or KDA

@@ -8,6 +8,7 @@
 #include "cpu/gemm.h"
 #include "cpu/state_io.h"
 #include "cpu/typed_rows.h"
+#include "cpu/value_columns.h"
 
 namespace gdn::cpu {
 
@@ -30,47 +31,51 @@ uint64_t ForwardWork::bytes() const {
            planner.bytes() + next_rows.bytes();
 }
 
-void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
-                   int64_t unit_end, ForwardWork &w) {
-    const Dims &d = a.dims;
+void forward_group(const ForwardArgs &call, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
+                   int64_t unit_end, ColumnRange columns, ForwardWork &w) {
+    // The call's value columns `columns` as a call of their own (all of them but in a cut: value_columns.h).
+    const ValueWindow window(call, columns);
+    const Dims &d = window.dims;
+    const gdn_tensor *v = window.v_ptr, *out = window.out_ptr, *s0 = window.s0_ptr, *states = window.states_ptr;
     const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv;
     const float scale = static_cast<float>(d.scale);
     ChunkScratch &c = w.chunk;
+    c.Sv = Sv;  // the scratch is sized for the whole call's columns
     c.state_panel = forward_state_panel(Sv, c.bf16);  // the running states in the kernel's panels (StatePanels)
     for (int64_t u = unit_begin; u < unit_end; ++u) {
         const ChunkUnit unit = group_unit(d, bq, kh, u);
         float *s = w.states.data() + u * area;
-        if (a.s0) load_state(*a.s0, d, unit.h, unit.b, s, c.state_panel);  // read before any write: states may be s0
+        if (s0) load_state(*s0, d, unit.h, unit.b, s, c.state_panel);  // read before any write: states may be s0
         else std::fill(s, s + area, 0.0f);
     }
-    const bool with_out = a.out != nullptr;
+    const bool with_out = out != nullptr;
     const int64_t max_len = std::min(max_chunk, d.T);
     const bool kda = d.gate_width != 1;
     // Chunks are planned as they come (every unit of the group, whatever the slice, so that every
     // slice cuts the same chunks); the rows of the next one are asked for at its longest.
-    w.planner.reset(GroupRef{a.g, &d, bq, kh}, max_len);
+    w.planner.reset(GroupRef{call.g, &d, bq, kh}, max_len);
     for (int64_t t0 = 0; t0 < d.T;) {
         const int64_t t1 = w.planner.next_end(t0, kda ? w.planned_gam.data() : nullptr), L = t1 - t0;
         const int64_t next_end = std::min(d.T, t1 + max_len);
-        load_group_chunk(*a.q, *a.k, d, bq, kh, t0, L, with_out, c);
+        load_group_chunk(*call.q, *call.k, d, bq, kh, t0, L, with_out, c);
         // The next chunk's rows, in the order it reads them, paced over this chunk's unit steps
         // (PacedPrefetch: the rows of a whole chunk at once overflow the line-fill buffers).
         w.next_rows.start(static_cast<int>((unit_end - unit_begin) * (with_out ? 4 : 3)));
-        if (with_out) w.next_rows.add_rows(a.q, kh, t1, next_end, bq, Sk);
-        w.next_rows.add_rows(a.k, kh, t1, next_end, bq, Sk);
+        if (with_out) w.next_rows.add_rows(call.q, kh, t1, next_end, bq, Sk);
+        w.next_rows.add_rows(call.k, kh, t1, next_end, bq, Sk);
         for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
-            w.next_rows.add_rows(a.v, unit.h, t1, next_end, unit.b, Sv);
-            w.next_rows.add_rows(a.g, unit.h, t1, next_end, unit.b, d.gate_width);
-            w.next_rows.add_rows(a.beta, unit.h, t1, next_end, unit.b, 1);
+            w.next_rows.add_rows(v, unit.h, t1, next_end, unit.b, Sv);
+            w.next_rows.add_rows(call.g, unit.h, t1, next_end, unit.b, d.gate_width);
+            w.next_rows.add_rows(call.beta, unit.h, t1, next_end, unit.b, 1);
         }
         for (int64_t u = unit_begin; u < unit_end; ++u) {
             const ChunkUnit unit = group_unit(d, bq, kh, u);
             float *s = w.states.data() + u * area;
             const KnownGates known{kda ? w.planned_gam.data() + u * max_len * d.gate_width : nullptr, nullptr};
-            prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, with_out, known, c);
+            prepare_unit_chunk(*call.g, *call.beta, d, unit, t0, L, with_out, known, c);
             w.next_rows.step();
-            chunk_deltas(*a.v, d, unit, t0, L, s, nullptr, c, with_out);
+            chunk_deltas(*v, d, unit, t0, L, s, nullptr, c, with_out);
             w.next_rows.step();
             if (with_out) {
                 // O = scale (Qg S0 + P Dm) in scratch (chunk_deltas wrote its first part), then
@@ -78,12 +83,12 @@ void forward_group(const ForwardArgs &a, int64_t bq, int64_t kh, int64_t max_chu
                 float *o = c.o(L);
                 trmm(Tri::Lower, L, Sv, scale, rows(c.p(), L), c.dm.data(), Sv, 1.0f, o, Sv, c.pack.data());
                 w.next_rows.step();
-                store_token_rows(o, L, Sv, *a.out, unit.h, t0, unit.b);
+                store_token_rows(o, L, Sv, *out, unit.h, t0, unit.b);
             }
             advance_state(s, s, L, c);
             w.next_rows.step();
             const int64_t slot = d.T - t1;
-            if (a.states && slot < d.K) store_state(*a.states, d, unit.h, slot * d.B + unit.b, s, c.state_panel);
+            if (states && slot < d.K) store_state(*states, d, unit.h, slot * d.B + unit.b, s, c.state_panel);
         }
         w.next_rows.finish();
         t0 = t1;

@@ -10,7 +10,8 @@
 // head that reads that key head) share its Q K^T and K K^T, and dq and dk are summed over them in
 // a fixed order, without atomics, so every thread count gives the same bits. When whole groups
 // would leave threads waiting, the forward cuts groups into slices of units (they are
-// independent; cpu/forward_schedule.h), and the backward runs its per-unit steps in rounds over all groups' units, the
+// independent; cpu/forward_schedule.h), where even single units would, their value columns into
+// blocks (independent too: cpu/value_columns.h), and the backward runs its per-unit steps in rounds over all groups' units, the
 // per-group sums between them; with more groups than threads that do not divide them, the
 // last groups' forward passes run unit by unit to fill the gaps the whole groups leave
 // (cpu/backward_schedule.h; the same steps and sums either way).
@@ -90,17 +91,21 @@ public:
         for (const ForwardArgs *a : calls)
             if (!per_token(a->dims, per_token_max_tokens_forward)) chunk_groups += a->dims.Bq * a->dims.Hk;
         const cpu::ForwardSplit split = cpu::forward_split(chunk_groups, units, threads, calls.size() == 1);
+        const int64_t Sv = widest.Sv, quantum = cpu::gemm_panel_width();
+        const int64_t blocks = cpu::forward_column_blocks(split, chunk_groups, units, Sv, quantum, threads);
         items_.clear();
         for (size_t c = 0; c < calls.size(); ++c) {
             const Dims &d = calls[c]->dims;
             if (per_token(d, per_token_max_tokens_forward)) {
-                for (int64_t unit = 0; unit < d.B * d.Hv; ++unit) items_.push_back({c, unit, -1, 0, 1, d.T});
+                for (int64_t unit = 0; unit < d.B * d.Hv; ++unit) items_.push_back({c, unit, -1, 0, 1, {0, Sv}, d.T});
             } else {
                 for (int64_t group = 0; group < d.Bq * d.Hk; ++group) {
                     const int64_t slices = group >= split.first_group ? split.slices : 1;
                     for (int64_t slice = 0; slice < slices; ++slice) {
                         const cpu::UnitRange r = cpu::slice_units(units, slices, slice);
-                        items_.push_back({c, group, group, r.begin, r.end, d.T});
+                        for (int64_t block = 0; block < blocks; ++block)
+                            items_.push_back({c, group, group, r.begin, r.end,
+                                              cpu::column_block(Sv, quantum, blocks, block), d.T});
                     }
                 }
             }
@@ -128,7 +133,7 @@ public:
                 cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker]);
             } else {
                 cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
-                                   forward_[worker]);
+                                   item.columns, forward_[worker]);
             }
         };
         // Decoding (every item a per-token unit of the same length): items of equal cost, so each
@@ -148,7 +153,8 @@ public:
         items_.clear();
         for (size_t c = 0; c < calls.size(); ++c) {
             const Dims &d = calls[c]->dims;
-            for (int64_t group = 0; group < d.Bq * d.Hk; ++group) items_.push_back({c, group, tokens ? -1 : group, 0, 0, d.T});
+            for (int64_t group = 0; group < d.Bq * d.Hk; ++group)
+                items_.push_back({c, group, tokens ? -1 : group, 0, 0, {0, d.Sv}, d.T});
         }
         if (tokens) {
             token_backward_.resize(threads);
@@ -236,10 +242,12 @@ public:
                 cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward);
             return {};
         }
-        const int64_t max_chunk = chunk_length(d, false), slices = forward_slices(d, nth), items = d.Bq * d.Hk * slices;
+        const int64_t max_chunk = chunk_length(d, false);
+        const ShareCut cut = share_cut(d, nth);
+        const int64_t items = d.Bq * d.Hk * cut.slices * cut.blocks;
         const int64_t begin = cpu::share_begin(items, ith, nth), end = cpu::share_begin(items, ith + 1, nth);
         s.forward.resize(d, max_chunk);
-        for (int64_t item = begin; item < end; ++item) run_forward_item(a, item, slices, max_chunk, s.forward);
+        for (int64_t item = begin; item < end; ++item) run_forward_item(a, item, cut, max_chunk, s.forward);
         return {};
     }
 
@@ -294,18 +302,26 @@ private:
     }
 
     // The caller's shares (gdn_forward_share) take items by count, so there every group is cut
-    // into the same number of slices, and only when there are fewer groups than workers.
-    static int64_t forward_slices(const Dims &d, int workers) {
-        const int64_t groups = d.Bq * d.Hk;
-        return groups < workers ? cpu::forward_split(groups, cpu::units_of(d), workers, true).slices : 1;
+    // into the same number of slices, only when there are fewer groups than workers, and every
+    // slice (then a single unit) into the same number of column blocks.
+    struct ShareCut {
+        int64_t slices, blocks;
+    };
+    static ShareCut share_cut(const Dims &d, int workers) {
+        const int64_t groups = d.Bq * d.Hk, units = cpu::units_of(d);
+        if (groups >= workers) return {1, 1};
+        const cpu::ForwardSplit split = cpu::forward_split(groups, units, workers, true);
+        return {split.slices, cpu::forward_column_blocks(split, groups, units, d.Sv, cpu::gemm_panel_width(), workers)};
     }
 
-    static void run_forward_item(const ForwardArgs &a, int64_t item, int64_t slices, int64_t max_chunk,
+    static void run_forward_item(const ForwardArgs &a, int64_t item, ShareCut cut, int64_t max_chunk,
                                  cpu::ForwardWork &w) {
         const Dims &d = a.dims;
-        const int64_t group = item / slices, slice = item % slices;
-        const cpu::UnitRange r = cpu::slice_units(cpu::units_of(d), slices, slice);
-        cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, r.begin, r.end, w);
+        const int64_t block = item % cut.blocks, slice = item / cut.blocks % cut.slices;
+        const int64_t group = item / cut.blocks / cut.slices;
+        const cpu::UnitRange r = cpu::slice_units(cpu::units_of(d), cut.slices, slice);
+        cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, r.begin, r.end,
+                           cpu::column_block(d.Sv, cpu::gemm_panel_width(), cut.blocks, block), w);
     }
 
     static BackwardLayout widest_layout_of(const std::vector<std::vector<int64_t>> &plans, const Dims &d, int64_t max_chunk) {
@@ -326,20 +342,25 @@ private:
 
     // One unit of scheduled work: in call `call` (a packed sequence, or the whole unpacked call),
     // group = (q/k sequence, key head) for chunked items, or the unit (b, h) for a per-token
-    // forward (plan < 0); units [unit_begin, unit_end) of the group; the call's tokens.
+    // forward (plan < 0); units [unit_begin, unit_end) of the group, value columns `columns` of
+    // each (a chunked forward's block, cpu/value_columns.h; else all); the call's tokens.
     struct WorkItem {
         size_t call;
-        int64_t group, plan, unit_begin, unit_end, tokens;
+        int64_t group, plan, unit_begin, unit_end;
+        cpu::ColumnRange columns;
+        int64_t tokens;
     };
 
-    // Weights that rank the items' costs for the longest-first schedule: tokens times units, plus
-    // a per-item cost of loading and storing states and planning (about kItemOverheadTokens
-    // tokens' work). The weights only balance the load; results do not depend on them.
+    // Weights that rank the items' costs for the longest-first schedule: tokens times units times
+    // value columns, plus a per-item cost of loading and storing states and planning (about
+    // kItemOverheadTokens tokens' work). The weights only balance the load; results do not depend
+    // on them.
     static constexpr int64_t kItemOverheadTokens = 8;
     const std::vector<int64_t> &item_weights() {
         weights_.clear();
         for (const WorkItem &item : items_)
-            weights_.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin));
+            weights_.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin) *
+                               std::max<int64_t>(1, item.columns.end - item.columns.begin));
         return weights_;
     }
 

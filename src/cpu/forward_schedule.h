@@ -1,15 +1,19 @@
 // How the chunked forward of a call is cut into work items: whole groups (q/k sequence, key
-// head), and where whole groups would leave workers waiting, slices of a group's units.
-// forward_group computes each unit the same way whatever slice it is in (a slice recomputes its
-// group's shared grams and rereads q and k), so the cut never changes the bits.
+// head); where whole groups would leave workers waiting, slices of a group's units; and where
+// even single units would (B = 1 on a many-core host), blocks of each unit's value columns.
+// forward_group computes each unit and each column the same way whatever slice or block it is
+// in (a slice or a block recomputes its group's shared grams and rereads q and k), so the cut
+// never changes the bits.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "cpu/chunk_drivers.h"  // UnitRange
+#include "cpu/value_columns.h"
 
 namespace gdn::cpu {
 
@@ -21,6 +25,14 @@ struct ForwardSplit {
 // Units of slice s of a group's `units` cut into `slices`: [s units / n, (s + 1) units / n).
 inline UnitRange slice_units(int64_t units, int64_t slices, int64_t s) {
     return {s * units / slices, (s + 1) * units / slices};
+}
+
+// The time, in units, of `items` (their times) run longest first, each to the worker free first.
+inline double makespan(std::vector<double> items, int workers) {
+    std::stable_sort(items.begin(), items.end(), std::greater<double>());
+    std::vector<double> busy(static_cast<size_t>(workers), 0.0);
+    for (double t : items) *std::min_element(busy.begin(), busy.end()) += t;
+    return *std::max_element(busy.begin(), busy.end());
 }
 
 // What a slice costs beyond its units' work, in units: its group's grams and q/k rows again
@@ -37,10 +49,7 @@ inline double round_span(int64_t groups, int64_t units, int64_t slices, int work
             const UnitRange r = slice_units(units, slices, s);
             items.push_back(double(r.end - r.begin) + (slices > 1 ? kSliceOverheadUnits : 0.0));
         }
-    std::stable_sort(items.begin(), items.end(), std::greater<double>());
-    std::vector<double> busy(static_cast<size_t>(workers), 0.0);
-    for (double t : items) *std::min_element(busy.begin(), busy.end()) += t;
-    return *std::max_element(busy.begin(), busy.end());
+    return makespan(std::move(items), workers);
 }
 
 // Fewer groups than workers: every group, so every worker has work. Otherwise, in a single call,
@@ -59,6 +68,36 @@ inline ForwardSplit forward_split(int64_t groups, int64_t units, int workers, bo
     for (int64_t slices = 2; slices <= units; ++slices)
         if (round_span(last_round, units, slices, workers) < round_span(last_round, units, best, workers)) best = slices;
     return {best > 1 ? groups - last_round : groups, best};
+}
+
+// What a block of a unit's value columns costs beyond its columns' share of the unit's work, in
+// units: its group's grams, the q/k rows and the unit's gates again (measured at the 27B shape,
+// bench/forward_scaling on Zen 4: 0.13 a block for halves, 0.19 for quarters).
+constexpr double kColumnBlockOverheadUnits = 0.17;
+
+// Into how many blocks of value columns (value_columns.h: whole quanta of `quantum` columns)
+// each unit is cut: 1 unless `split` already makes every unit of the `groups` an item of its own
+// and workers remain; then the count that makes the call shortest by makespan, 1 where the
+// blocks' repeated key side outweighs the wait (48 units on 64 workers: halves would take two
+// rounds, each longer than half a unit).
+inline int64_t forward_column_blocks(ForwardSplit split, int64_t groups, int64_t units, int64_t columns,
+                                     int64_t quantum, int workers) {
+    const int64_t unit_items = groups * units;
+    if (split.first_group != 0 || split.slices != units || unit_items >= workers || quantum <= 0) return 1;
+    const auto span = [&](int64_t blocks) {
+        std::vector<double> items;
+        for (int64_t u = 0; u < unit_items; ++u)
+            for (int64_t i = 0; i < blocks; ++i) {
+                const ColumnRange c = column_block(columns, quantum, blocks, i);
+                items.push_back(double(c.end - c.begin) / double(columns) + kColumnBlockOverheadUnits);
+            }
+        return makespan(std::move(items), workers);
+    };
+    int64_t best = 1;
+    double best_span = span(1);
+    for (int64_t blocks = 2; blocks <= columns / quantum && unit_items * (blocks - 1) < workers; ++blocks)
+        if (const double s = span(blocks); s < best_span) best = blocks, best_span = s;
+    return best;
 }
 
 }  // namespace gdn::cpu

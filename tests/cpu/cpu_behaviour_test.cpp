@@ -12,6 +12,7 @@
 #include "case.h"
 #include "cpu/backward_schedule.h"
 #include "cpu/forward_schedule.h"
+#include "cpu/gemm.h"
 #include "metrics.h"
 #include "problem_data.h"
 #include "runner.h"
@@ -100,6 +101,54 @@ TEST(CpuSchedule, ForwardCutsGroupsOnlyWhereWorkersWouldWait) {
             EXPECT_LT(gdn::cpu::round_span(last, units, s.slices, workers), gdn::cpu::round_span(last, units, 1, workers))
                 << workers << " workers, " << units << " units";
         }
+}
+
+TEST(CpuSchedule, ForwardCutsValueColumnsOnlyWhereUnitsLeaveWorkersIdle) {
+    using gdn::cpu::forward_column_blocks;
+    using gdn::cpu::ForwardSplit;
+    // The 27B shape at B = 1: 16 groups of 3 units, 128 value columns in quanta of 32 (AVX-512).
+    const ForwardSplit every_unit{0, 3};
+    for (int workers : {2, 16, 48, 64}) EXPECT_EQ(forward_column_blocks(every_unit, 16, 3, 128, 32, workers), 1) << workers;
+    EXPECT_EQ(forward_column_blocks(every_unit, 16, 3, 128, 32, 96), 2);    // 96 halves in one round
+    EXPECT_EQ(forward_column_blocks(every_unit, 16, 3, 128, 32, 192), 4);   // 192 quarters
+    EXPECT_EQ(forward_column_blocks(every_unit, 16, 3, 128, 32, 1000), 4);  // no block narrower than a quantum
+    EXPECT_EQ(forward_column_blocks(every_unit, 16, 3, 128, 16, 384), 8);   // AVX2's quanta of 16
+    EXPECT_EQ(forward_column_blocks(ForwardSplit{0, 2}, 16, 3, 128, 32, 40), 1);  // slices of 2 units: not cut
+    EXPECT_EQ(forward_column_blocks(ForwardSplit{16, 1}, 16, 3, 128, 32, 8), 1);
+    EXPECT_EQ(forward_column_blocks(every_unit, 16, 3, 24, 32, 192), 1);    // narrower than a quantum
+    // Blocks tile the columns in whole quanta, the remainder in the last.
+    for (int64_t columns : {64, 96, 100, 128})
+        for (int64_t blocks = 1; blocks <= columns / 32; ++blocks) {
+            int64_t next = 0;
+            for (int64_t i = 0; i < blocks; ++i) {
+                const gdn::cpu::ColumnRange c = gdn::cpu::column_block(columns, 32, blocks, i);
+                EXPECT_EQ(c.begin, next);
+                EXPECT_GE(c.end - c.begin, 32);
+                if (i + 1 < blocks) EXPECT_EQ(c.end % 32, 0);
+                next = c.end;
+            }
+            EXPECT_EQ(next, columns);
+        }
+}
+
+TEST(CpuDeterminism, ValueColumnBlocksKeepTheBits) {
+    // One key head read by 2 value heads, B = 1: 2 units, so 3 threads and more cut each unit's
+    // 128 value columns into blocks (forward_column_blocks). Every output and snapshot keeps the
+    // bits of one thread: GDA and KDA, both state layouts, F32 and BF16 inputs.
+    const int quantum = static_cast<int>(gdn::cpu::gemm_panel_width());
+    EXPECT_GT(gdn::cpu::forward_column_blocks({0, 2}, 1, 2, 128, quantum, 8), 1);
+    for (bool kda : {false, true})
+        for (StateLayout layout : {StateLayout::KeyMajor, StateLayout::ValueMajor})
+            for (gdn_type x : {GDN_TYPE_F32, GDN_TYPE_BF16}) {
+                Case c = shape_case(Op::Forward, kda, Gate::Mild, {32, 128, 1, 2, 150, 1, 1, 2});
+                c.state_layout = layout;
+                c.types = ElementTypes::of(x);
+                SCOPED_TRACE(c.label());
+                TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+                const auto first = outputs_of(c, inputs, 1);
+                for (int threads : {2, 3, 5, 8})
+                    EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads))) << threads;
+            }
 }
 
 TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {

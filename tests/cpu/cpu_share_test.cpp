@@ -92,6 +92,20 @@ TEST(CpuShares, SameBitsAsTheWholeCallForEveryNth) {
             }
 }
 
+TEST(CpuShares, ValueColumnBlocksToo) {
+    // One key head read by 2 value heads, B = 1: 3 and 8 shares cut each unit's 128 value columns
+    // into blocks (cpu/value_columns.h); the bits stay the whole call's.
+    for (bool kda : {false, true}) {
+        const Case c = make_case(Op::Forward, kda, {32, 128, 1, 2, 150, 1, 1, 2});
+        SCOPED_TRACE(c.label());
+        TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+        const auto whole = run(c, inputs, 0, Schedule::InOrder);
+        for (int nth : {3, 8})
+            for (Schedule s : {Schedule::Concurrent, Schedule::Reverse})
+                EXPECT_TRUE(bitwise_equal(whole, run(c, inputs, nth, s))) << "nth = " << nth;
+    }
+}
+
 TEST(CpuShares, PerTokenBackwardToo) {
     const Case c = make_case(Op::Backward, false, {16, 16, 2, 4, 40, 2, 1, 1});
     TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
