@@ -7,7 +7,8 @@
 // Per configuration: the state bytes moved per second (each state read once and written once)
 // against memcpy's bandwidth at the same size and thread count, measured just before (gdn-ops
 // perf's %copy). The configurations' runs alternate, so that all see the same load on a shared
-// host; the median and range over the rounds are printed.
+// host; the median and range over the rounds are printed, and each layout's rate over
+// key-major's round by round.
 //
 //   decode_layouts [--threads N] [--batch B] [--tokens T] [--rounds R] [--calls C] [--kda]
 //
@@ -114,6 +115,12 @@ int run(const Options &o) {
     std::printf("Sk=Sv=128 Hk=16 Hv=48 T=%lld B=%lld %s, %d threads, in place; %d rounds of %d calls\n",
                 static_cast<long long>(T), static_cast<long long>(B), o.kda ? "KDA" : "GDA", o.threads, o.rounds,
                 o.calls);
+    // The host's speed moves between rounds (on shared 2-vCPU hosts, 2-thread rounds were seen at
+    // 25-30 and at 70-100 GB/s alike), so layouts are compared round by round: each round's rate
+    // over key-major's in the same round.
+    std::vector<double> paired[n_configs];
+    for (int c = 0; c < n_configs; ++c)
+        for (int round = 0; round < o.rounds; ++round) paired[c].push_back(gbps[c][round] / gbps[0][round]);
     for (int c = 0; c < n_configs; ++c) {
         const auto [lo, hi] = std::minmax_element(gbps[c].begin(), gbps[c].end());
         const auto [plo, phi] = std::minmax_element(percent[c].begin(), percent[c].end());
@@ -122,6 +129,11 @@ int run(const Options &o) {
                     "(%.1f-%.1f)\n",
                     configs[c].name, median(gbps[c]), *lo, *hi, median(copies[c]), *clo, *chi, median(percent[c]), *plo,
                     *phi);
+        if (c > 0) {
+            const auto [rlo, rhi] = std::minmax_element(paired[c].begin(), paired[c].end());
+            std::printf("  %-11s rate / key-major's in the same round: median %.3f (%.3f-%.3f)\n", configs[c].name,
+                        median(paired[c]), *rlo, *rhi);
+        }
     }
     return 0;
 }
