@@ -12,27 +12,32 @@ Why it is exact. The state's update over a token range is affine in the state it
 the range takes S to ``M S + E``, where ``M`` (K x K, per value head) is the product of the
 tokens' transitions ``decay_t (I - beta_t k_t k_t^T)`` and ``E`` is the range's state started
 from zero. The outputs are affine in it too: ``o_t = o_t|zero + P_t S`` with ``P_t`` the
-scaled ``q_t^T`` times the transitions up to t. One call of the library with the value dimension
-widened by K gives all of it: values ``[v | 0]`` from the state ``[0 | I]`` leave the final state
-``[E | M]`` and the output ``[o|zero | P]``. A rank whose first tokens continue a sequence begun
-on an earlier rank runs that call on them (the rest of its slice is a plain call), the ranks
+scaled ``q_t^T`` times the transitions up to t. The library gives each piece as a plain forward
+(SPEC section 2): values 0 from the identity end in ``M`` with outputs ``P``; the values from
+zero end in ``E``. A rank whose first tokens continue a sequence begun on an earlier rank
+computes that sequence's ``M`` (and ``E`` where it passes through the whole slice; the
+sequences that begin on the rank end in their own final states), without outputs; the ranks
 all-gather their ``(M, E)``, and each combines the summaries of the ranks before it, in rank
-order, into the true state S its slice starts from: ``o = o|zero + P S``, final ``E + M S``.
+order, into the true state S its slice starts from, then runs its continuing tokens plainly
+from S.
 
 The backward is one plain backward call per rank from that true S, once the gradient of the state
 its slice ends in is known. That gradient is the gradient of the next rank's starting state,
 ``dS = P^T dO + M^T dS_next`` over the next rank's continuing tokens (``dS_next`` where the
-sequence goes on past it): each rank computes its ``P^T dO`` (plus ``M^T`` of its own final-state
-gradient where the sequence ends on it), the ranks all-gather those, and each combines the ranks
-after it. No rank waits for another's compute: one all-gather each way.
+sequence goes on past it): each rank computes its ``P^T dO`` (P made again, one forward's work,
+rather than kept: HV K values a token), plus ``M^T`` of its own final-state gradient where the
+sequence ends on it, the ranks all-gather those, and each combines the ranks after it. No rank
+waits for another's compute: one all-gather each way.
 
-Cost per rank, against one process's share of the work: the continuing tokens' forward runs with
-K + V value columns (about twice a plain forward's products), the rest plainly; the backward is a
-plain backward plus two small products. Communication per forward (per rank, sent and gathered
-from every rank): ``HV * K * (K + V)`` state-sized values, and ``HV * K * V`` per backward, in
-float32 (float64 in a float64 call), whatever the sequence length: at the Qwen3.5-27B shape
-(HV 48, K = V = 128) 6.3 MB forward and 3.1 MB backward per rank and layer, so a ring
-all-gather receives (ranks - 1) times that. Ranks whose slices no sequence crosses skip it.
+Cost per rank, against one process's share of the work: where a sequence continues in, the
+forward adds one pass over those tokens without outputs (M; E too where the sequence passes
+through) and the backward one forward with outputs (P) and the product ``P^T dO``; memory is
+the share's, plus P in the backward before the gradients are allocated. Communication per
+forward (per rank, sent and gathered from every rank): ``HV * K * (K + V)`` state-sized values,
+and ``HV * K * V`` per backward, in float32 (float64 in a float64 call), whatever the sequence
+length: at the Qwen3.5-27B shape (HV 48, K = V = 128) 6.3 MB forward and 3.1 MB backward per
+rank and layer, so a ring all-gather receives (ranks - 1) times that. Ranks whose slices no
+sequence crosses skip it.
 
 Final states and the initial states' gradients are global ``[N, HV, K, V]`` tensors on every
 rank: row n is filled on the rank that holds sequence n's last token (its first token, for the
@@ -46,9 +51,9 @@ from typing import List, NamedTuple
 import torch
 import torch.distributed as dist
 
-from .. import _core, _errors
+from .. import _core, _errors, _gdn
 from .._fla_args import check_state, prepare, readable, readable_state
-from . import _backward_op, _empty, _forward, _normalized
+from . import _HEAD_MAP_GROUPED, _backward_op, _context_for, _empty, _gdn_view, _normalized
 
 __all__ = ["chunk_gated_delta_rule"]
 
@@ -171,6 +176,46 @@ def _outgoing_gradient(chain, M, G):
     return dS
 
 
+def _call(q, k, v, gate, beta, s0, offsets, out, final, scale, precision):
+    """One library forward over gdn-layout q, k, v, gate, beta (unit dimensions given), writing
+    where it is told: out (None: no outputs, the products that make them are skipped) and the
+    final states (None: not wanted); s0 and final [N, HV, K, V] (None s0: zero)."""
+    _gdn.forward(_context_for(v)._native, q, k, v, gate, beta, _gdn_view(s0, False), out, _gdn_view(final, False),
+                 scale, _HEAD_MAP_GROUPED, False, offsets, None, precision)
+
+
+def _zero_values(L, HV, K, like):
+    """Values of zero [1, L, HV, K] in like's dtype, without L * HV * K of them in memory: one
+    buffer of L + HV + K zeros that every token and head reads from its own offset (the library
+    reads inputs through any positive strides; only outputs may not overlap)."""
+    return torch.zeros(L + HV + K, dtype=like.dtype, device=like.device).as_strided((1, L, HV, K), (0, 1, 1, 1))
+
+
+def _identity_states(HV, K, dtype, device):
+    """[1, HV, K, K]: the identity per value head, as a state (strides the library reads)."""
+    return torch.eye(K, dtype=dtype, device=device).expand(1, HV, K, K).contiguous()
+
+
+def _transition(q, k, gate, beta, state_dtype, scale, precision):
+    """M of the tokens given (one sequence): the final state of values 0 from the identity, [HV, K, K]."""
+    L, HV, K = q.shape[1], gate.shape[2], q.shape[3]
+    M = torch.empty(1, HV, K, K, dtype=state_dtype, device=q.device)
+    _call(q, k, _zero_values(L, HV, K, q), gate, beta, _identity_states(HV, K, state_dtype, q.device), None, None, M,
+          scale, precision)
+    return M[0]
+
+
+def _readout(q, k, gate, beta, state_dtype, scale, precision):
+    """P of the tokens given (one sequence): the outputs of values 0 from the identity, [1, L, HV, K],
+    in the state's dtype (half q and k are widened to it: an output takes q's dtype)."""
+    L, HV, K = q.shape[1], gate.shape[2], q.shape[3]
+    q, k, beta = (x.to(state_dtype) for x in (q, k, beta))
+    P = _empty((1, L, HV, K), q, state_dtype)
+    _call(q, k, _zero_values(L, HV, K, q), gate, beta, _identity_states(HV, K, state_dtype, q.device), None, P, None,
+          scale, precision)
+    return P
+
+
 class _ContextParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, gate, beta, initial_state, offsets, scale, want_final, l2norm, precision, group):
@@ -181,84 +226,86 @@ class _ContextParallel(torch.autograd.Function):
         HV, K, V = v.shape[2], q.shape[3], v.shape[3]
         state_dtype = torch.float64 if v.dtype == torch.float64 else torch.float32
         head = me.head_end  # tokens [0, head): the continuing sequence's, if one continues in
+        # q and k normalised once, in their own dtype, as one process normalises them.
+        q_used, k_used = (_normalized(q), _normalized(k)) if l2norm else (q, k)
+        out = _empty(v.shape, v)  # every call below writes its tokens' rows of it
 
-        # The sequences that begin on this rank: one plain call.
+        # The sequences that begin on this rank: one plain call, before the all-gather (the last
+        # one's final state is this rank's summary when it goes on past the slice).
         first_rest = me.first + (1 if me.continues_in else 0)
         rest = me.sequences - (1 if me.continues_in else 0)
-        o_rest = final_rest = None
+        final_rest = None
         if rest > 0 and me.size == 0:  # only empty sequences: each ends in the state it begins with
-            o_rest = v.new_empty(v.shape)
             final_rest = initial_state[first_rest:first_rest + rest] if initial_state is not None else \
                 torch.zeros(rest, HV, K, V, dtype=state_dtype, device=q.device)
         elif rest > 0:
             rest_offsets = torch.tensor([t - head for t in me.offsets[me.sequences - rest:]], dtype=torch.int64)
             s0 = None if initial_state is None else readable_state(initial_state[first_rest:first_rest + rest])
-            o_rest, final_rest = _forward(q[:, head:], k[:, head:], v[:, head:], gate[:, head:], beta[:, head:], s0,
-                                          rest_offsets, scale, True, l2norm, False, precision)
-        # The continuing one: the widened call, in the state's dtype (half inputs' outputs are rounded once, below).
-        S = P = M_head = None
+            final_rest = _empty((rest, HV, K, V), v, state_dtype)
+            _call(q_used[:, head:], k_used[:, head:], v[:, head:], gate[:, head:], beta[:, head:], s0, rest_offsets,
+                  out[:, head:], final_rest, scale, precision)
+        # The continuing one's summary: its transition M (values 0 from the identity) and, where
+        # it passes through, its state from zero E; no outputs (SPEC section 2's summary, its
+        # value columns computed apart).
+        head_rows = [x[:, :head] for x in (q_used, k_used, v, gate, beta)]
+        M_head = None
         summary = torch.zeros(HV, K, K + V, dtype=state_dtype, device=q.device)  # [M | E], what this rank sends
         if me.continues_in:
-            # q and k normalised in their own dtype first (one process rounds them there), then
-            # widened to the state's dtype with everything else.
-            q_head, k_head = (_normalized(x[:, :head]) for x in (q, k)) if l2norm else (q[:, :head], k[:, :head])
-            part = lambda x: x[:, :head].to(state_dtype)  # noqa: E731
-            widened_v = _empty((1, head, HV, V + K), v, state_dtype)  # (huge pages: a cat faulted 4 KiB pages in)
-            widened_v[..., :V].copy_(v[:, :head])
-            widened_v[..., V:].zero_()
-            widened_s0 = torch.cat([torch.zeros(1, HV, K, V, dtype=state_dtype, device=q.device),
-                                    torch.eye(K, dtype=state_dtype, device=q.device).expand(1, HV, K, K)], dim=-1)
-            o_wide, final_wide = _forward(q_head.to(state_dtype), k_head.to(state_dtype), widened_v, gate[:, :head],
-                                          part(beta), widened_s0, None, scale, True, False, False, precision)
-            # Their own tensors: the output returned, P saved for the backward (o_wide is freed).
-            o_zero, P = o_wide[..., :V].contiguous(), o_wide[..., V:].contiguous()
-            del o_wide
-            E_head, M_head = final_wide[0, ..., :V], final_wide[0, ..., V:]
+            M_head = _transition(*head_rows[:2], *head_rows[3:], state_dtype, scale, precision)
             if me.passes_through:
-                summary[..., :K], summary[..., K:] = M_head, E_head
+                E_head = torch.empty(1, HV, K, V, dtype=state_dtype, device=q.device)
+                _call(*head_rows, None, None, None, E_head, scale, precision)
+                summary[..., :K], summary[..., K:] = M_head, E_head[0]
         if me.continues_out and not me.passes_through:
             summary[..., K:] = final_rest[-1]
         if any(s.continues_in for s in slices):  # the same answer on every rank: all take part or none
             gathered = _all_gather(summary, group, world)
 
         finals = torch.zeros(len(offsets) - 1, HV, K, V, dtype=state_dtype, device=q.device) if want_final else None
-        pieces = []
+        S = None
         if me.continues_in:
+            # The continuing tokens from the true state they start in: a plain call.
             chain = _chain(slices, rank, -1)
             S = _incoming_state(chain, gathered[chain, ..., :K], gathered[chain, ..., K:])
-            o_zero[0].transpose(0, 1).baddbmm_(P[0].transpose(0, 1), S)  # o|zero + P S per head, in place
-            pieces.append(o_zero.to(q.dtype if o_rest is None else o_rest.dtype))
-            if want_final and not me.passes_through:  # it ends here
-                finals[me.first] = E_head + torch.matmul(M_head, S)
-        if o_rest is not None:
-            pieces.append(o_rest)
-            if want_final:
-                ending = rest - (1 if me.continues_out else 0)
-                finals[first_rest:first_rest + ending] = final_rest[:ending]
-        out = torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0] if pieces else v.new_empty(v.shape)
+            ends_here = want_final and not me.passes_through
+            final_head = torch.empty(1, HV, K, V, dtype=state_dtype, device=q.device) if ends_here else None
+            _call(*head_rows, S[None], None, out[:, :head], final_head, scale, precision)
+            if ends_here:
+                finals[me.first] = final_head[0]
+        if rest > 0 and want_final:
+            ending = rest - (1 if me.continues_out else 0)
+            finals[first_rest:first_rest + ending] = final_rest[:ending]
 
         # For the backward: the transitions of the ranks after this one that its last sequence passes through.
         M_after = None
         if me.continues_out:
             after = _chain(slices, rank, +1)
             M_after = gathered[after[:-1], ..., :K]
-        ctx.save_for_backward(q, k, v, gate, beta, initial_state, S, P, M_head, M_after)
+        ctx.save_for_backward(q, k, v, gate, beta, initial_state, S, M_head, M_after)
         ctx.plan = (slices, rank, world, group, scale, l2norm, precision, state_dtype)
         return out, (finals if want_final else out.new_empty(0))
 
     @staticmethod
     def backward(ctx, d_out, d_finals):
-        q, k, v, gate, beta, initial_state, S, P, M_head, M_after = ctx.saved_tensors
+        q, k, v, gate, beta, initial_state, S, M_head, M_after = ctx.saved_tensors
         slices, rank, world, group, scale, l2norm, precision, state_dtype = ctx.plan
         me = slices[rank]
         HV, K, V = v.shape[2], q.shape[3], v.shape[3]
         d_finals = d_finals if d_finals is not None and d_finals.numel() > 0 else None
 
-        # This rank's share of the gradient of the state its slice starts from.
+        # This rank's share of the gradient of the state its slice starts from. P is made again
+        # here (one forward's work) rather than kept from the forward (HV K values a token), and
+        # freed before the backward call allocates the gradients.
         G = torch.zeros(HV, K, V, dtype=state_dtype, device=q.device)
         if me.continues_in:
             if d_out is not None:
-                G += torch.einsum("bthk,bthv->hkv", P, d_out[:, :me.head_end].to(state_dtype))
+                head = me.head_end
+                q_head, k_head = (_normalized(q[:, :head]), _normalized(k[:, :head])) if l2norm else \
+                    (q[:, :head], k[:, :head])
+                P = _readout(q_head, k_head, gate[:, :head], beta[:, :head], state_dtype, scale, precision)
+                del q_head, k_head
+                G += torch.einsum("bthk,bthv->hkv", P, d_out[:, :head].to(state_dtype))
+                del P
             if not me.passes_through and d_finals is not None:
                 G += torch.matmul(M_head.transpose(-1, -2), d_finals[me.first].to(state_dtype))
         if any(s.continues_in for s in slices):
@@ -309,8 +356,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     same order as its other collectives, and run its backward when one rank does (the backward's
     all-gather waits for every rank). Ranks whose calls differ in ``cu_seqlens``, in passing an
     initial state or in ``output_final_state`` get ``gdn.InvalidArgumentError``, all of them.
-    Saved for the backward besides the inputs: the continuing tokens' ``P`` (``T_head x HV x K``
-    values in float32) and the transitions of the ranks the slice's last sequence passes through.
+    Saved for the backward besides the inputs: the state the slice starts from and the transitions
+    of the continuing sequence and of the ranks the slice's last sequence passes through (K x K
+    per value head each).
 
     Returns ``(o, final_state)``: o ``[1, T_rank, HV, V]``, this rank's slice of the output;
     final_state ``[N, HV, K, V]`` with the rows of the sequences that end on this rank (zeros
