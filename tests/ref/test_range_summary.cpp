@@ -6,7 +6,8 @@
 // call with the value dimension widened by Sk gives all four: values [v | 0] from the state
 // [0 | I] end in [E | M] and output [o|zero | P]. The backward of a range from its true start
 // state and the true gradient at its end gives the whole call's gradients on its tokens, and
-// the gradient at its start is P^T dO + M^T dS_end (what the ranks exchange).
+// the gradient at its start is P^T dO + M^T dS_end (what the ranks exchange). The widened call's
+// two halves are plain calls of their own, with the same bits.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -196,6 +197,48 @@ TEST_P(RangeSummary, SplitForwardAndBackwardEqualTheWholeCall) {
         if (c.type == GDN_TYPE_F64)
             EXPECT_LE(relative_difference(exchanged, g.ds0), 1e-12) << where << ": P^T dO + M^T dS_end";
     }
+}
+
+// The summary's halves as calls of their own: the values from zero give o|zero and E; values of
+// zero from the identity give P and M, the zeros one buffer read through overlapping strides
+// (SPEC section 3: inputs may overlap themselves). Value channels never mix, so each half has
+// the widened call's bits, on ref and on cpu, with the chunked and the per-token forms.
+TEST(RangeSummaryHalves, PlainCallsGiveTheWidenedCallsBits) {
+    const std::pair<const char *, gdn_type> calls[] = {{"ref", GDN_TYPE_F64}, {"ref", GDN_TYPE_F32}, {"cpu", GDN_TYPE_F32}};
+    for (const auto &[backend, type] : calls)
+        for (bool kda : {false, true})
+            for (int64_t T : {5, 40}) {
+                const Split c{backend, type, kda, false, {0, T}};
+                SCOPED_TRACE(label(c));
+                BackendContext ctx(backend);
+                const HostProblem p = problem_for(c, type);
+                const Sizes &s = p.sizes;
+                const Summary wide = summarize(ctx.get(), token_range(p, 0, T, HostTensor()));
+
+                const ForwardResult from_zero = forward(ctx.get(), token_range(p, 0, T, HostTensor()));
+                EXPECT_TRUE(same_bits(from_zero.out, wide.o_zero));
+                EXPECT_TRUE(same_bits(from_zero.states, wide.E));
+
+                HostProblem identity = token_range(p, 0, T, HostTensor());
+                identity.sizes.Sv = s.Sk;
+                identity.state = HostTensor(state_type(type), {s.Sk, s.Sk, s.Hv, s.B});
+                for (int64_t b = 0; b < s.B; ++b)
+                    for (int64_t h = 0; h < s.Hv; ++h)
+                        for (int64_t i = 0; i < s.Sk; ++i)
+                            for (int64_t j = 0; j < s.Sk; ++j) identity.state.put(i, j, h, b, i == j ? 1.0 : 0.0);
+                HostTensor zeros(type, {s.Sk + s.Hv + T + s.B, 1, 1, 1});
+                for (int64_t i = 0; i < zeros.count(); ++i) zeros.set(i, 0.0);
+                gdn_problem problem = identity.view();
+                problem.v = zeros.view();
+                const int64_t element = problem.v.nb[0];
+                for (int d = 0; d < 4; ++d) problem.v.nb[d] = element;  // (i, h, t, b) at i + h + t + b
+                problem.v.ne[0] = s.Sk, problem.v.ne[1] = s.Hv, problem.v.ne[2] = T, problem.v.ne[3] = s.B;
+                HostTensor P(type, {s.Sk, s.Hv, T, s.B}), M(state_type(type), {s.Sk, s.Sk, s.Hv, s.B});
+                const gdn_tensor P_view = P.view(), M_view = M.view();
+                ASSERT_EQ(gdn_forward(ctx.get(), &problem, &P_view, &M_view), GDN_OK) << gdn_last_error(ctx.get());
+                EXPECT_TRUE(same_bits(P, wide.P));
+                EXPECT_TRUE(same_bits(M, wide.M));
+            }
 }
 
 std::vector<Split> splits() {
