@@ -171,11 +171,11 @@ def test_example_trains_with_one_process_gradients():
     assert "step 0: gradients of 2 processes against one" in r.stdout, r.stdout
 
 
-# ---- DDP over the other dimension -------------------------------------------------------------
+# ---- DDP and FSDP over the other dimension -------------------------------------------------------
 # 4 processes: 2 data-parallel replicas, each splitting its stream over 2 context-parallel ranks
-# (rank = 2 * replica + slice). DDP runs over all 4 and averages their gradients, so each rank's
-# loss is its slice's share of its stream's loss times the context-parallel size: the average is
-# then the mean over the streams of each stream's gradient (summed over its slices).
+# (rank = 2 * replica + slice). DDP (or FSDP, sharding over all 4) averages their gradients, so
+# each rank's loss is its slice's share of its stream's loss times the context-parallel size: the
+# average is then the mean over the streams of each stream's gradient (summed over its slices).
 DDP_T, DDP_D, DDP_OFFSETS, DDP_CUT = 50, 12, [0, 17, 50], 23
 
 
@@ -227,15 +227,40 @@ def _ddp_worker(rank, store, results):
         dist.destroy_process_group()
 
 
-def test_ddp_over_replicas_of_context_parallel_pairs(tmp_path):
-    run_workers(_ddp_worker, 4, (str(tmp_path / "store"), str(tmp_path)), "DDP x context-parallel")
+def _fsdp_worker(rank, store, results):
+    """As _ddp_worker, with the parameters sharded by FSDP (fully_shard) over the 4 ranks, as
+    training frameworks shard over the data- and context-parallel dimensions flattened: the
+    reduce-scatter averages over all 4, like DDP's all-reduce."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
+    try:
+        cp_groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        replica, part = divmod(rank, 2)
+        model = _ddp_model()
+        fully_shard(model, mesh=init_device_mesh("cpu", (4,)))
+        x, y = _ddp_data()
+        t0, t1 = (0, DDP_CUT) if part == 0 else (DDP_CUT, DDP_T)
+        out = model(x[replica:replica + 1, t0:t1], gcp.chunk_gated_delta_rule, group=cp_groups[replica])
+        share = ((out - y[replica:replica + 1, t0:t1]) ** 2).sum() / (DDP_T * DDP_D)
+        (2 * share).backward()
+        torch.save({n: p.grad.full_tensor() for n, p in model.named_parameters()}, os.path.join(results, f"fsdp{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_data_parallel_over_replicas_of_context_parallel_pairs(wrapper, tmp_path):
+    worker = _ddp_worker if wrapper == "ddp" else _fsdp_worker
+    run_workers(worker, 4, (str(tmp_path / "store"), str(tmp_path)), f"{wrapper} x context-parallel")
     torch.set_num_threads(1)
     model = _ddp_model()
     x, y = _ddp_data()
     losses = [((model(x[r:r + 1], gdn.torch.chunk_gated_delta_rule) - y[r:r + 1]) ** 2).mean() for r in range(2)]
     (sum(losses) / 2).backward()
     for rank in range(4):
-        grads = torch.load(tmp_path / f"ddp{rank}.pt")
+        grads = torch.load(tmp_path / f"{wrapper}{rank}.pt")
         for name, p in model.named_parameters():
             assert p.grad.abs().max() > 0, name
             assert relative_error(grads[name], p.grad) < 1e-12, (rank, name)
