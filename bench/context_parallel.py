@@ -179,13 +179,15 @@ def one_process(T, shape, threads, rounds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--tokens", type=int, default=None, help="default 4096, with --memory 65536")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="alternations; each times 3 calls of each kind")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="27b")
     parser.add_argument("--memory", action="store_true", help="peak memory and CPU time per process (see above)")
     args = parser.parse_args()
     shape = SHAPES[args.shape]
+    if args.tokens is None:
+        args.tokens = 65536 if args.memory else 4096
     if args.memory:
         return memory_table(args, shape)
     results = {"one process": {"fwd": [], "fwd+bwd": []}, "context parallel": {"fwd": [], "fwd+bwd": []}}
