@@ -109,3 +109,34 @@ def test_alternated_rows_time_the_three_calls():
             cells = row.strip("| ").split(" | ")
             assert cells[2] == "2" and all("(" in c and "-" in c for c in cells[3:]), row
         assert ("flushed" if extra else "kept") in done.stdout
+
+
+def _context_parallel_bench():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "context_parallel.py"
+    spec = importlib.util.spec_from_file_location("context_parallel_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path
+
+
+def test_context_parallel_bench_slices_hold_the_wholes_values():
+    """bench/context_parallel.py --memory: a rank draws its slice alone, and it holds what the
+    whole sequence holds there (else ranks and one process would compute different problems)."""
+    bench, _ = _context_parallel_bench()
+    shape = (2, 4, 8, 8)
+    (whole, d_whole) = bench.slice_inputs(3000, 0, 3000, shape)
+    for t0, t1 in ((0, 1000), (1000, 2500), (2500, 3000), (1023, 1025)):
+        part, d_part = bench.slice_inputs(3000, t0, t1, shape)
+        for a, b in zip(part[:5], whole[:5]):
+            assert torch.equal(a, b[:, t0:t1])
+        assert torch.equal(part[5], whole[5]) and torch.equal(d_part, d_whole[:, t0:t1])
+
+
+def test_context_parallel_bench_memory_mode_runs():
+    _, path = _context_parallel_bench()
+    done = subprocess.run([sys.executable, str(path), "--memory", "--tokens", "512", "--shape", "80b"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| one process |" in done.stdout and "| 2 ranks |" in done.stdout, done.stdout
