@@ -53,7 +53,7 @@ void forward_group(const ForwardArgs &call, int64_t bq, int64_t kh, int64_t max_
     const bool kda = d.gate_width != 1;
     // Chunks are planned as they come (every unit of the group, whatever the slice, so that every
     // slice cuts the same chunks); the rows of the next one are asked for at its longest.
-    w.planner.reset(GroupRef{call.g, &d, bq, kh}, max_len);
+    w.planner.reset(GroupRef{call.g, &call.dims, bq, kh}, max_len);  // (the plan reads no value extent)
     for (int64_t t0 = 0; t0 < d.T;) {
         const int64_t t1 = w.planner.next_end(t0, kda ? w.planned_gam.data() : nullptr), L = t1 - t0;
         const int64_t next_end = std::min(d.T, t1 + max_len);

@@ -377,9 +377,10 @@ private:
         const Dims &d = a.dims;
         if (a.s0 == nullptr) return;
         if (item.plan < 0) return cpu::prefetch_state(a.s0, d, item.group % d.Hv, item.group / d.Hv);
+        const cpu::ValueWindow window(a, item.columns);  // a block's columns only
         for (int64_t u = item.unit_begin; u < item.unit_end; ++u) {
             const cpu::ChunkUnit unit = cpu::group_unit(d, item.group / d.Hk, item.group % d.Hk, u);
-            cpu::prefetch_state(a.s0, d, unit.h, unit.b);
+            cpu::prefetch_state(window.s0_ptr, window.dims, unit.h, unit.b);
         }
     }
 
