@@ -10,11 +10,11 @@
 // head that reads that key head) share its Q K^T and K K^T, and dq and dk are summed over them in
 // a fixed order, without atomics, so every thread count gives the same bits. When whole groups
 // would leave threads waiting, the forward cuts groups into slices of units (they are
-// independent; cpu/forward_schedule.h), where even single units would, their value columns into
-// blocks (independent too: cpu/value_columns.h), and the backward runs its per-unit steps in rounds over all groups' units, the
-// per-group sums between them; with more groups than threads that do not divide them, the
-// last groups' forward passes run unit by unit to fill the gaps the whole groups leave
-// (cpu/backward_schedule.h; the same steps and sums either way).
+// independent; cpu/forward_schedule.h) and, where even single units would, their value columns
+// into blocks (independent too: cpu/value_columns.h); the backward runs its per-unit steps in
+// rounds over all groups' units, the per-group sums between them; with more groups than threads
+// that do not divide them, the last groups' forward passes run unit by unit to fill the gaps the
+// whole groups leave (cpu/backward_schedule.h; the same steps and sums either way).
 // Packed sequences (cu_seqlens) are calls of their own on views (core/sequences.h): the work
 // items are (sequence, group), handed to free threads longest first (ThreadPool::run_weighted),
 // so many short sequences fill the gaps the long ones leave, and a chunk never crosses a
