@@ -39,26 +39,14 @@ import torch.multiprocessing as mp
 SHAPES = {"27b": (16, 48, 128, 128), "80b": (16, 32, 128, 128)}
 
 
-def inputs(T, shape, seed=0):
-    H, HV, K, V = shape
-    gen = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(1, T, H, K, generator=gen) for _ in range(2))
-    v = torch.randn(1, T, HV, V, generator=gen)
-    g = -torch.nn.functional.softplus(torch.randn(1, T, HV, generator=gen)) * 0.05
-    beta = torch.rand(1, T, HV, generator=gen)
-    h0 = 0.1 * torch.randn(1, HV, K, V, generator=gen)
-    d_out = torch.randn(1, T, HV, V, generator=gen)
-    return (q, k, v, g, beta, h0), d_out
-
-
-_BLOCK = 1024  # tokens drawn per generator seed in --memory mode
+_BLOCK = 1024  # tokens drawn per generator seed
 
 
 def slice_inputs(T, t0, t1, shape, seed=0):
-    """inputs(T)'s role for --memory: tokens [t0, t1) of one sequence of T, drawn in blocks of
-    _BLOCK tokens from a seed per block (so that a rank makes its slice alone, with the values the
-    whole holds) into tensors of the slice's size (no copy of the slice is left behind); the
-    initial state whole."""
+    """Tokens [t0, t1) of one sequence of T (q, k, v, g, beta, and the initial state whole; the
+    output's cotangent), drawn in blocks of _BLOCK tokens from a seed per block, so that a rank
+    makes its slice alone, with the values the whole holds, into tensors of the slice's size (no
+    copy of the slice is left behind)."""
     H, HV, K, V = shape
     n = t1 - t0
     q, k, d_out = torch.empty(1, n, H, K), torch.empty(1, n, H, K), torch.empty(1, n, HV, V)
@@ -146,14 +134,13 @@ def worker(rank, world, store, T, shape, rounds, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     import gdn.torch.distributed as gcp
-    args, d_out = inputs(T, shape)
     t0, t1 = rank * T // world, (rank + 1) * T // world
-    mine = [x[:, t0:t1] for x in args[:5]] + [args[5]]
+    mine, d_out = slice_inputs(T, t0, t1, shape)
     times = {"fwd": [], "fwd+bwd": []}
     for r in range(rounds + 1):  # round 0 warms up
         for name, backward in (("fwd", False), ("fwd+bwd", True)):
             dist.barrier()
-            dt = torch.tensor([timed_call(gcp.chunk_gated_delta_rule, mine, d_out[:, t0:t1], backward)])
+            dt = torch.tensor([timed_call(gcp.chunk_gated_delta_rule, mine, d_out, backward)])
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             if r > 0:
                 times[name].append(dt.item())
@@ -167,7 +154,7 @@ def worker(rank, world, store, T, shape, rounds, out):
 def one_process(T, shape, threads, rounds):
     import gdn.torch
     torch.set_num_threads(threads)
-    args, d_out = inputs(T, shape)
+    args, d_out = slice_inputs(T, 0, T, shape)
     times = {"fwd": [], "fwd+bwd": []}
     for r in range(rounds + 1):
         for name, backward in (("fwd", False), ("fwd+bwd", True)):

@@ -196,24 +196,12 @@ def _identity_states(HV, K, dtype, device):
     return torch.eye(K, dtype=dtype, device=device).expand(1, HV, K, K).contiguous()
 
 
-def _transition(q, k, gate, beta, state_dtype, scale, precision):
-    """M of the tokens given (one sequence): the final state of values 0 from the identity, [HV, K, K]."""
+def _from_identity(q, k, gate, beta, out, final, state_dtype, scale, precision):
+    """Values 0 from the identity over the tokens given (one sequence): the outputs are P [1, L,
+    HV, K], written into out, and the final state M [1, HV, K, K] into final (None: not wanted)."""
     L, HV, K = q.shape[1], gate.shape[2], q.shape[3]
-    M = torch.empty(1, HV, K, K, dtype=state_dtype, device=q.device)
-    _call(q, k, _zero_values(L, HV, K, q), gate, beta, _identity_states(HV, K, state_dtype, q.device), None, None, M,
+    _call(q, k, _zero_values(L, HV, K, q), gate, beta, _identity_states(HV, K, state_dtype, q.device), None, out, final,
           scale, precision)
-    return M[0]
-
-
-def _readout(q, k, gate, beta, state_dtype, scale, precision):
-    """P of the tokens given (one sequence): the outputs of values 0 from the identity, [1, L, HV, K],
-    in the state's dtype (half q and k are widened to it: an output takes q's dtype)."""
-    L, HV, K = q.shape[1], gate.shape[2], q.shape[3]
-    q, k, beta = (x.to(state_dtype) for x in (q, k, beta))
-    P = _empty((1, L, HV, K), q, state_dtype)
-    _call(q, k, _zero_values(L, HV, K, q), gate, beta, _identity_states(HV, K, state_dtype, q.device), None, P, None,
-          scale, precision)
-    return P
 
 
 class _ContextParallel(torch.autograd.Function):
@@ -251,7 +239,9 @@ class _ContextParallel(torch.autograd.Function):
         M_head = None
         summary = torch.zeros(HV, K, K + V, dtype=state_dtype, device=q.device)  # [M | E], what this rank sends
         if me.continues_in:
-            M_head = _transition(*head_rows[:2], *head_rows[3:], state_dtype, scale, precision)
+            M_head = torch.empty(1, HV, K, K, dtype=state_dtype, device=q.device)
+            _from_identity(*head_rows[:2], *head_rows[3:], None, M_head, state_dtype, scale, precision)
+            M_head = M_head[0]
             if me.passes_through:
                 E_head = torch.empty(1, HV, K, V, dtype=state_dtype, device=q.device)
                 _call(*head_rows, None, None, None, E_head, scale, precision)
@@ -302,8 +292,11 @@ class _ContextParallel(torch.autograd.Function):
                 head = me.head_end
                 q_head, k_head = (_normalized(q[:, :head]), _normalized(k[:, :head])) if l2norm else \
                     (q[:, :head], k[:, :head])
-                P = _readout(q_head, k_head, gate[:, :head], beta[:, :head], state_dtype, scale, precision)
-                del q_head, k_head
+                # In the state's dtype: an output takes q's, so half q, k (and beta) are widened.
+                q_head, k_head, beta_head = (x.to(state_dtype) for x in (q_head, k_head, beta[:, :head]))
+                P = _empty((1, head, HV, K), q_head, state_dtype)
+                _from_identity(q_head, k_head, gate[:, :head], beta_head, P, None, state_dtype, scale, precision)
+                del q_head, k_head, beta_head
                 G += torch.einsum("bthk,bthv->hkv", P, d_out[:, :head].to(state_dtype))
                 del P
             if not me.passes_through and d_finals is not None:
