@@ -29,7 +29,7 @@ compute on at a fraction of their speed.
 Decoding as a server runs it: one token (T = 1) for each of B requests whose states sit in a
 pool in FLA's layout ``[2B, HV, K, V]``, at reversed slots with gaps, updated in place:
 ``gdn.torch.fused_recurrent_gated_delta_rule(..., ssm_state_indices=...)`` against the C API on
-the same call (the same pool, by strides); and ``gdn.torch.chunk_gated_delta_rule`` on the same
+the same call (the same pool, by strides), returning a new o or writing it into ``out=``; and ``gdn.torch.chunk_gated_delta_rule`` on the same
 token from B FLA-layout initial states, returning fresh final states, against the C API reading
 the same states and writing its final states into a buffer it keeps. Both run under
 ``torch.no_grad()`` entered once, as a serving step runs its whole forward.
@@ -237,7 +237,7 @@ def _decode_worker(B, threads, min_time, min_runs, op="fused"):
     ctx = _capi.Context(shared=_gdn_torch_context(v))
     out = torch.empty_like(v)
     out_t = _capi.tensor(out)
-    if op == "fused":
+    if op in ("fused", "fused-out"):
         pool_by_strides = pool.transpose(-1, -2)  # gdn's [slots, HV, V, K], value-major: the same memory
         problem = _capi.problem(q, k, v, g.unsqueeze(-1), beta.unsqueeze(-1), pool_by_strides, state_indices=slots)
         pool_t = _capi.tensor(pool_by_strides)
@@ -245,8 +245,11 @@ def _decode_worker(B, threads, min_time, min_runs, op="fused"):
         def direct():
             ctx.forward(problem, out_t, pool_t)
 
+        out_b = torch.empty_like(v) if op == "fused-out" else None  # the output buffer a decoding loop keeps
+
         def binding():
-            fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool, ssm_state_indices=slots)
+            fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool, ssm_state_indices=slots,
+                                             out=out_b)
     else:
         states = pool[slots.long()]  # the requests' states, FLA's [B, HV, K, V]
         final = torch.empty_like(states)
@@ -368,9 +371,9 @@ def main(argv=None):
                                       args.flush_denormal)
         if impl == "overhead":
             return _overhead_worker(int(T), backward == "1", args.threads, args.min_time, args.min_runs)
-        if impl in ("decode", "decode-chunk"):
-            return _decode_worker(int(T), args.threads, args.min_time, args.min_runs,
-                                  "fused" if impl == "decode" else "chunk")
+        if impl in ("decode", "decode-out", "decode-chunk"):
+            op = {"decode": "fused", "decode-out": "fused-out", "decode-chunk": "chunk"}[impl]
+            return _decode_worker(int(T), args.threads, args.min_time, args.min_runs, op)
         return _worker(impl, int(T), backward == "1", args.threads, args.min_time, args.min_runs)
     if args.alternated:
         return _alternated_table(args)
@@ -413,12 +416,13 @@ def main(argv=None):
     if args.decode_batches:
         print()
         print("Decoding, T = 1, against the C API on the same call, run alternately in one process:")
-        print("fused_recurrent_gated_delta_rule updating an FLA-layout state pool in place (ssm_state_indices);")
+        print("fused_recurrent_gated_delta_rule updating an FLA-layout state pool in place (ssm_state_indices),")
+        print("returning a new o (as FLA does) or writing o into a buffer the loop keeps (out=, as the C API call);")
         print("chunk_gated_delta_rule from FLA-layout states to fresh final states")
         print()
         print("| op | B | T | C API ms | gdn.torch ms | overhead |")
         print("|---|---|---|---|---|---|")
-        for impl, op in (("decode", "fused_recurrent"), ("decode-chunk", "chunk")):
+        for impl, op in (("decode", "fused_recurrent"), ("decode-out", "fused_recurrent out="), ("decode-chunk", "chunk")):
             for B in args.decode_batches:
                 m = _measure(impl, B, False, args)
                 print(f"| {op} | {B} | 1 | {m['direct_ms']:.3f} | {m['binding_ms']:.3f} "

@@ -154,6 +154,29 @@ def test_inputs_read_by_copy_give_the_bits_of_inputs_read_in_place():
     assert torch.equal(o, o2) and torch.equal(plain, other)
 
 
+@pytest.mark.parametrize("general_path", [False, True])
+def test_out_receives_o_with_the_bits_of_a_new_o(general_path):
+    """out= is written and returned as o, with the bits and the pool update of the same step
+    without it; on the one-call path and on the general one (here: g per key channel, gk)."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=4, T=1))
+    indices = torch.tensor([5, -1, 0, 2])
+    gates = dict(gk=g.unsqueeze(-1).expand(*g.shape, q.shape[-1]).contiguous()) if general_path else dict(g=g)
+    pools = [pool_of(7, dtype=torch.float32) for _ in range(2)]
+    out = torch.full_like(v, float("nan"))
+    with gt.backend("cpu"), torch.no_grad():
+        o, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, **gates, beta=beta, initial_state=pools[0],
+                                                   ssm_state_indices=indices)
+        o_out, final = gt.fused_recurrent_gated_delta_rule(q, k, v, **gates, beta=beta, initial_state=pools[1],
+                                                           ssm_state_indices=indices, out=out)
+    assert o_out is out and final is pools[1]
+    assert torch.equal(out, o) and torch.equal(pools[0], pools[1])
+    if not general_path:
+        with gt.backend("cpu"), torch.no_grad():
+            step = lambda: gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pools[1],  # noqa: E731
+                                                               ssm_state_indices=indices, out=out)
+            assert allocations_of_at_least(1, step) == 0  # nothing at all: a decoding loop's step
+
+
 def test_decoding_token_by_token_in_the_pool_equals_one_call():
     q, k, v, g, beta = (t.float() for t in inputs(B=2, T=6))
     pool = pool_of(4, dtype=torch.float32)
@@ -272,6 +295,11 @@ def bad_pool_calls():
         ("beta per value channel", dict(beta=torch.rand(2, 1, 4, 6)), gdn.UnsupportedError, "beta"),
         ("speculative decoding", dict(num_accepted_tokens=torch.tensor([1, 1])), gdn.UnsupportedError,
          "num_accepted_tokens"),
+        ("out shape", dict(out=torch.zeros(2, 1, 4, 5)), gdn.InvalidArgumentError, "out is"),
+        ("out dtype", dict(out=torch.zeros(2, 1, 4, 6, dtype=torch.float64)), gdn.InvalidArgumentError, "out is"),
+        ("out not a tensor", dict(out=[0.0]), gdn.InvalidArgumentError, "out is a tensor"),
+        ("out with autograd", dict(q=q.clone().requires_grad_(), out=torch.zeros(2, 1, 4, 6)),
+         gdn.UnsupportedError, "autograd"),
     ], good
 
 

@@ -347,45 +347,22 @@ def _gathered(pool, indices):
 # The floating dtypes a call's tensors may have (docs/SPEC.md section 3.1 says which go where).
 _CALL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
-# What a refused call raises: the arguments were checked and nothing was written (SPEC 6).
-_REFUSALS = (_errors.InvalidArgumentError, _errors.ShapeError, _errors.LayoutError, _errors.ElementTypeError,
-             _errors.AliasError, _errors.UnsupportedError)
-
-
-def _decoding_step(q, k, v, g, beta, scale, state, indices, l2norm, v_first, precision):
-    """The serving engines' decoding step in place, with the checks only the library cannot make:
-    for plain floating tensors (q, k, v of one dtype, the state in that call's state dtype; the
-    library checks the rest of SPEC 3.1's type rule), FLA's ranks, q and v of the same [B, T], per-head g
-    and beta, no autograd. The library checks everything else (shapes, strides, slots, devices)
-    and refuses without writing anything; then the caller takes the general path, which checks
-    every argument in Python, with messages in FLA's terms, or copies an input it cannot read in
-    place. The general path's checks cost a decoding step a tenth of its time at B = 1 (27B
-    shape, 2 threads). Returns o, or None where the general path must run."""
-    tensor = torch.Tensor
-    if not (type(q) is tensor and type(k) is tensor and type(v) is tensor and type(g) is tensor
-            and type(beta) is tensor and type(state) is tensor and (indices is None or type(indices) is tensor)):
-        return None
-    dtype = q.dtype
-    if not (dtype in _CALL_DTYPES and k.dtype == dtype and v.dtype == dtype and g.dtype in _CALL_DTYPES
-            and beta.dtype in _CALL_DTYPES and state.dtype == _state_dtype(dtype)):
-        return None
-    if not (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and g.dim() == 3 and beta.dim() == 3
-            and state.dim() == 4):
-        return None
-    qs, vs = q.shape, v.shape
-    if not (vs[0] == qs[0] and vs[1] == qs[1] and qs[2] and qs[3] and vs[2] and vs[3]):
-        return None
-    if scale is not None and not (type(scale) is float and math.isfinite(scale)):
-        return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
-                                    or beta.requires_grad or state.requires_grad):
-        return None
+def _decoding_step(q, k, v, g, beta, scale, state, indices, l2norm, v_first, precision, out):
+    """The serving engines' decoding step in place, on the extension's one-call path
+    (``_gdn.decoding_step``: it checks what only this path needs and what the library cannot, and
+    calls the library). Returns o, or None where the general path must run: an argument the path
+    does not take (a subclass or fake tensor, autograd wanted, FLA's other ranks or dtypes), or a
+    call the library refuses without writing anything; the general path then checks every
+    argument in Python, with messages in FLA's terms, or copies an input it cannot read in place."""
     if torch.compiler.is_compiling():
         return None
-    try:
-        return _update_in_place(q, k, v, g, beta, state, indices, None, scale, l2norm, v_first, precision)
-    except _REFUSALS:
-        return None
+    if l2norm:  # normalised first: the extension's checks then see the normalised q and k
+        if not (type(q) is torch.Tensor and type(k) is torch.Tensor) or (
+                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
+            return None
+        q, k = _normalized(q), _normalized(k)
+    return _gdn.decoding_step(_context_for(v)._native, q, k, v, g, beta, state, indices, out, scale, not v_first,
+                              precision)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
@@ -393,7 +370,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      use_gate_in_kernel=False, A_log=None, dt_bias=None,
                                      use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
                                      cu_seqlens=None, *, ssm_state_indices=None, initial_state_indices=None,
-                                     inplace_final_state=None, precision="exact", **kwargs):
+                                     inplace_final_state=None, precision="exact", out=None, **kwargs):
     """The gated delta rule token by token, as ``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule``,
     with the continuous batching of serving engines: the decoding step.
 
@@ -420,6 +397,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
       ``torch.no_grad()``). ``inplace_final_state=False`` with indices reads the pool's slots
       (copied out) and returns the final states ``[N, HV, K, V]`` as FLA does, with autograd.
     - ``precision``: ``"exact"`` (default) or ``"bf16"``, as for :func:`chunk_gated_delta_rule`.
+    - ``out``: a tensor ``[B, T, HV, V]`` in q's dtype that receives o (and is returned as o), as
+      PyTorch's ``out=`` arguments: a decoding loop that keeps its output buffer allocates nothing
+      per step. Not with autograd.
 
     Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state as above, or as
     :func:`chunk_gated_delta_rule` returns it (None unless ``output_final_state``).
@@ -431,9 +411,33 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                          and (ssm_state_indices is not None or initial_state_indices is not None)))):
         indices = ssm_state_indices if ssm_state_indices is not None else initial_state_indices
         o = _decoding_step(q, k, v, g, beta, scale, initial_state, indices, bool(use_qk_l2norm_in_kernel),
-                           bool(state_v_first), _core.precision_value(precision))
+                           bool(state_v_first), _core.precision_value(precision), out)
         if o is not None:
             return o, initial_state
+    if out is not None:
+        _check_out(out, q, v, (q, k, v, g, gk, beta, initial_state))
+    o, final_state = _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_final_state,
+                                      use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
+                                      use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
+                                      ssm_state_indices, initial_state_indices, inplace_final_state, precision, kwargs)
+    return (o if out is None else out.copy_(o)), final_state
+
+
+def _check_out(out, q, v, inputs):
+    """out= before anything is computed or written: o's shape (v's) and dtype (q's), no autograd."""
+    if not isinstance(out, torch.Tensor) or not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise _errors.InvalidArgumentError(f"out is a tensor for o, like v; got {type(out).__name__}")
+    if out.shape != v.shape or out.dtype != q.dtype or out.device != v.device:
+        raise _errors.InvalidArgumentError(
+            f"out is {tuple(out.shape)} {out.dtype} on {out.device}; o is {tuple(v.shape)} {q.dtype} on {v.device}")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        raise _errors.UnsupportedError("out= has no autograd: run under torch.no_grad(), or leave out unset")
+
+
+def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                     use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
+                     cu_seqlens, ssm_state_indices, initial_state_indices, inplace_final_state, precision, kwargs):
+    """fused_recurrent_gated_delta_rule's general path: every argument checked and converted."""
     if "transpose_state_layout" in kwargs:
         if state_v_first:
             raise _errors.InvalidArgumentError(
