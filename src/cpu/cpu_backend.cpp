@@ -121,26 +121,36 @@ public:
                 workspace_ += forward_[w].bytes();
             }
         }
+        // Decoding (every item a per-token unit of the same length): items of equal cost, so each
+        // worker takes a contiguous share, the same heads of the same sequences call after call.
+        // Those states stay in the worker's own cache between calls (each worker writes the
+        // states it read), and no item is handed out through a shared counter.
+        const bool shares = equal_token_items();
+        const int64_t count = static_cast<int64_t>(items_.size());
         const auto run_item = [&](int64_t i, int worker) {
             const WorkItem &item = items_[i];
             const ForwardArgs &a = *calls[item.call];
             const Dims &d = a.dims;
-            // Packed sequences: the next item's initial states arrive while this one computes
-            // (each item of a packed batch starts from states cold in memory). Items of one
-            // sequence weigh the same, so item i + 1 is usually the next one handed out.
-            if (packed.dims.N > 0 && i + 1 < static_cast<int64_t>(items_.size())) prefetch_initial_states(calls, items_[i + 1]);
+            // A value-major state's next unit, in this worker's share, asked for by the kernel
+            // while its last pass runs (token_rows.cpp); else packed sequences' next item's
+            // initial states asked for at once (each item of a packed batch starts from states
+            // cold in memory; items of one sequence weigh the same, so item i + 1 is usually the
+            // next one handed out).
+            cpu::StateLines ahead{};
+            if (shares && i + 1 < cpu::share_begin(count, worker + 1, threads)) {
+                const WorkItem &next = items_[i + 1];
+                const ForwardArgs &next_call = *calls[next.call];
+                ahead = cpu::token_forward_ahead(next_call, next.group / next_call.dims.Hv, next.group % next_call.dims.Hv);
+            }
+            if (packed.dims.N > 0 && i + 1 < count && ahead.base == nullptr) prefetch_initial_states(calls, items_[i + 1]);
             if (item.plan < 0) {
-                cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker]);
+                cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker], ahead);
             } else {
                 cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
                                    item.columns, forward_[worker]);
             }
         };
-        // Decoding (every item a per-token unit of the same length): items of equal cost, so each
-        // worker takes a contiguous share, the same heads of the same sequences call after call.
-        // Those states stay in the worker's own cache between calls (each worker writes the
-        // states it read), and no item is handed out through a shared counter.
-        if (equal_token_items()) pool_.run(static_cast<int64_t>(items_.size()), run_item);
+        if (shares) pool_.run(count, run_item);
         else pool_.run_weighted(item_weights(), run_item);
         return {};
     }
@@ -238,8 +248,12 @@ public:
         if (per_token(d, per_token_max_tokens_forward)) {
             s.token_forward.resize(d);
             const int64_t units = d.B * d.Hv;
-            for (int64_t unit = cpu::share_begin(units, ith, nth); unit < cpu::share_begin(units, ith + 1, nth); ++unit)
-                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward);
+            const int64_t end = cpu::share_begin(units, ith + 1, nth);
+            for (int64_t unit = cpu::share_begin(units, ith, nth); unit < end; ++unit) {
+                const cpu::StateLines ahead =
+                    unit + 1 < end ? cpu::token_forward_ahead(a, (unit + 1) / d.Hv, (unit + 1) % d.Hv) : cpu::StateLines{};
+                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward, ahead);
+            }
             return {};
         }
         const int64_t max_chunk = chunk_length(d, false);

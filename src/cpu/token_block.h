@@ -41,6 +41,9 @@ struct TokenBlock {
     const float *const *v = nullptr;
     float *const *out = nullptr;
     const StateLines *snapshot = nullptr;
+    // The rows of the state the worker's next unit starts from (value-major; base nullptr: none),
+    // asked of L2 by token_block_rows while the last token's second pass runs (token_rows.cpp).
+    StateLines ahead;
 };
 
 // Columns of the state that go through a block together (a group), and how many groups' columns

@@ -58,7 +58,11 @@ uint64_t TokenForwardScratch::bytes() const {
            sizeof(void *) * (v.size() + out.size()) + sizeof(StateLines) * snapshot.size();
 }
 
-void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w) {
+StateLines token_forward_ahead(const ForwardArgs &a, int64_t b, int64_t h) {
+    return a.s0 && value_major(*a.s0) ? lines_of(*a.s0, h, b) : StateLines{};
+}
+
+void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w, StateLines ahead) {
     const Dims &d = a.dims;
     const int64_t kh = d.key_head(h), bq = d.qk_sequence(b), Sk = d.Sk, P = padded_row(Sk);
     const bool per_channel = d.gate_width != 1;
@@ -129,6 +133,7 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
         if (t1 == d.T) {
             to = w.snapshot[blk.tokens - 1];  // base nullptr when no slot is asked for
             w.snapshot[blk.tokens - 1] = {};
+            blk.ahead = ahead;
         }
         kernel(blk, from, to, w.columns.data());
         if (a.out && converted)

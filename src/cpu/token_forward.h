@@ -26,7 +26,13 @@ struct TokenForwardScratch {
     uint64_t bytes() const;
 };
 
-// Unit (b, h) over all T tokens: its rows of out and its snapshot slots.
-void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w);
+// Unit (b, h) over all T tokens: its rows of out and its snapshot slots. `ahead`: the initial
+// state of the unit the worker runs next (token_forward_ahead), asked of the caches meanwhile.
+void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w, StateLines ahead = {});
+
+// The initial state of unit (b, h) as a value-major kernel's ahead rows: none unless s0 is
+// value-major. Key-major states need none: their columns are one contiguous run that the
+// hardware prefetchers follow, where a value-major kernel reads strips of every row.
+StateLines token_forward_ahead(const ForwardArgs &a, int64_t b, int64_t h);
 
 }  // namespace gdn::cpu

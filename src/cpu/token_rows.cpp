@@ -19,11 +19,17 @@
 // the strip kept in work rows between tokens, so each token after the first is one pass over a
 // strip in L1.
 //
-// Measured at the 27B shape, one thread, B = 1 (the state in L3; docs/PERF.md): 47 GB/s against
-// the key-major kernel's 55. Tried and dropped: vectors of 8 floats (35), the strip staged in
-// contiguous work rows by the first pass (no faster: the second pass is not waiting on its loads),
-// the state row by row with the class sums in L1 (32), the next strip's first pass fused into
-// this one's second (44), software prefetches of the next strip (no change, or slower).
+// A decoding step updated in place (the serving case) runs its second pass as decoding_update:
+// one row pointer, and the next unit's rows of the strip asked of L2 as it goes.
+//
+// Measured at the 27B shape, B = 1, states on cache lines as PyTorch allocates them (docs/PERF.md,
+// bench/decode_layouts): one thread, the state in L3, 1.02-1.13 of the key-major kernel's rate
+// round by round (0.94-0.96 before decoding_update; about 0.88 for states 16 bytes past a line,
+// whose strip rows straddle a third line); at B = 16 (from DRAM) 1.7-2.0 of it. Tried and
+// dropped: vectors of 8 floats, the strip staged in contiguous work rows by the first pass (no
+// faster), the state row by row with the class sums in L1, the next strip's first pass fused into
+// this one's second, software prefetches of the next strip of the same unit (no change, or
+// slower).
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -139,6 +145,37 @@ GDN_INLINE void strip_update(const TokenBlock &b, int64_t t, const Strip<V> &src
     });
 }
 
+// strip_update for a decoding step (one token) on a strip read and written in place, whose
+// rows are whole classes (Sk a multiple of 8): the same operations in the same order, through
+// one row pointer, while the next unit's rows of the strip (at `ahead` bytes from these; 0:
+// none) are asked of L2. strip_update's separate source and destination rows, one pointer per
+// class each, need more registers than x86 has (GCC spills them), and the next unit's strided
+// rows are beyond the hardware prefetchers' reach: this pass is the last reading of the strip,
+// so the next unit's first pass finds its rows in L2 rather than L3.
+template <int V>
+GDN_INLINE void decoding_update(const TokenBlock &b, const Strip<V> &rows, const Wide (&delta)[V],
+                                Wide (&cq)[kClasses][V], uintptr_t ahead) {
+    const float *k = b.k, *q = b.q, *a = b.decay;
+    char *row = rows.base;
+    for (int64_t i0 = 0; i0 < b.Sk; i0 += kClasses) {
+#pragma GCC unroll 8
+        for (int l = 0; l < kClasses; ++l) {
+            const int64_t i = i0 + l;
+            float *r = reinterpret_cast<float *>(row);
+            const uintptr_t next = reinterpret_cast<uintptr_t>(row) + ahead;
+            for (int v = 0; v < V; ++v)
+                __builtin_prefetch(reinterpret_cast<const void *>(next + v * kWideLanes * sizeof(float)), 0, 2);
+            const Wide av = broadcast(a[i]), kv = broadcast(k[i]), qv = broadcast(q[i]);
+            for (int v = 0; v < V; ++v) {
+                const Wide updated = wload(r + v * kWideLanes) * av + delta[v] * kv;
+                wstore(r + v * kWideLanes, updated);
+                cq[l][v] += updated * qv;
+            }
+            row += rows.stride;
+        }
+    }
+}
+
 // The deltas of token t from its first pass's sums: beta (v - c . (a o k)).
 template <int V>
 GDN_INLINE void strip_deltas(const TokenBlock &b, int64_t t, const float *v, const Wide (&ck)[kClasses][V],
@@ -188,6 +225,13 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
     }
     const Strip<V> first = !whole ? work_rows : from.base ? memory(from, zeros) : zero_rows;
     const Strip<V> last = whole && to.base ? memory(to, unread) : work_rows;
+    // A decoding step on a whole strip updated in place, with no padded rows: decoding_update.
+    const bool in_place = b.tokens == 1 && whole && from.base && from.base == to.base && from.stride == to.stride &&
+                          Sk == P && !b.snapshot[0].base;
+    // The next unit's strip, as an offset from this one's rows (0: none, the rows themselves).
+    const uintptr_t ahead = b.ahead.base && b.ahead.stride == from.stride
+                                ? reinterpret_cast<uintptr_t>(b.ahead.base) - reinterpret_cast<uintptr_t>(from.base)
+                                : 0;
 
     Wide ck[kClasses][V] = {}, delta[V];
     strip_dots(b, 0, first, ck);
@@ -204,6 +248,7 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
         for (auto &c : ck)
             for (Wide &x : c) x = Wide{};
         if (t + 1 < b.tokens) strip_update<V, Fused::NextToken>(b, t, src, dst, delta, cq, ck);
+        else if (in_place) decoding_update(b, first, delta, cq, ahead);
         else strip_update<V, Fused::None>(b, t, src, dst, delta, cq, ck);
         if (b.out) strip_out(b, cq, b.out[t] + j0, columns);
         if (b.snapshot[t].base)
