@@ -131,20 +131,21 @@ public:
             const WorkItem &item = items_[i];
             const ForwardArgs &a = *calls[item.call];
             const Dims &d = a.dims;
-            // A value-major state's next unit, in this worker's share, asked for by the kernel
-            // while its last pass runs (token_rows.cpp); else packed sequences' next item's
+            // The initial state of this worker's next unit, in its share, asked for by the kernel
+            // while its last pass runs (token_forward.h); else packed sequences' next item's
             // initial states asked for at once (each item of a packed batch starts from states
             // cold in memory; items of one sequence weigh the same, so item i + 1 is usually the
             // next one handed out).
-            cpu::StateLines ahead{};
+            cpu::InitialState next_state{};
             if (shares && i + 1 < cpu::share_begin(count, worker + 1, threads)) {
                 const WorkItem &next = items_[i + 1];
                 const ForwardArgs &next_call = *calls[next.call];
-                ahead = cpu::token_forward_ahead(next_call, next.group / next_call.dims.Hv, next.group % next_call.dims.Hv);
+                next_state = cpu::token_forward_initial(next_call, next.group / next_call.dims.Hv, next.group % next_call.dims.Hv);
             }
-            if (packed.dims.N > 0 && i + 1 < count && ahead.base == nullptr) prefetch_initial_states(calls, items_[i + 1]);
+            if (packed.dims.N > 0 && i + 1 < count && next_state.lines.base == nullptr)
+                prefetch_initial_states(calls, items_[i + 1]);
             if (item.plan < 0) {
-                cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker], ahead);
+                cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker], next_state);
             } else {
                 cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
                                    item.columns, forward_[worker]);
@@ -250,9 +251,9 @@ public:
             const int64_t units = d.B * d.Hv;
             const int64_t end = cpu::share_begin(units, ith + 1, nth);
             for (int64_t unit = cpu::share_begin(units, ith, nth); unit < end; ++unit) {
-                const cpu::StateLines ahead =
-                    unit + 1 < end ? cpu::token_forward_ahead(a, (unit + 1) / d.Hv, (unit + 1) % d.Hv) : cpu::StateLines{};
-                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward, ahead);
+                const cpu::InitialState next =
+                    unit + 1 < end ? cpu::token_forward_initial(a, (unit + 1) / d.Hv, (unit + 1) % d.Hv) : cpu::InitialState{};
+                cpu::token_forward_unit(a, unit / d.Hv, unit % d.Hv, s.token_forward, next);
             }
             return {};
         }

@@ -44,12 +44,15 @@ GDN_INLINE float *column(StateLines set, int n) {
 template <bool Finish, bool Start, int64_t Stride>
 GDN_INLINE void fused_pass(const TokenBlock &b, int64_t fin_t, StateLines fin_src, StateLines fin_dst,
                            const Vec (&delta)[kTokenGroup], Vec (&cq)[kTokenGroup], int64_t start_t,
-                           StateLines start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr) {
+                           StateLines start_src, Vec (&ck)[kTokenGroup], const char *ahead = nullptr,
+                           int ahead_lines = 1) {
     const int64_t P = b.padded;
     const float *k = b.k + fin_t * P, *q = b.q + fin_t * P, *a = b.decay + fin_t * P;
     const float *ak = b.decayed_k + start_t * P;
     for (int64_t i = 0; i < P; i += kTokenLanes) {
-        if (ahead) __builtin_prefetch(ahead + i / kTokenLanes * kCacheLine, 0, 2);  // a line per vector of the pass, to L2
+        if (ahead)  // ahead_lines lines per vector of the pass, to L2
+            for (int n = 0; n < ahead_lines; ++n)
+                __builtin_prefetch(ahead + (i / kTokenLanes * ahead_lines + n) * kCacheLine, 0, 2);
         if (Start) {
             const Vec akv = load(ak + i);
             for (int n = 0; n < kTokenGroup; ++n) ck[n] += load(column<Stride>(start_src, n) + i) * akv;
@@ -132,8 +135,16 @@ struct GroupPlaces {
     // (measured: without it this kernel lost to the one before it, `70e1a57`, at 48 heads and
     // T = 4; at T = 1 each step's first pass is already the next group's read).
     // Step (g, t)'s quarter, or nullptr.
+    // A decoding step (one token): step g asks for group g of the next unit's state (b.ahead),
+    // its four columns, two lines per vector of the pass; a batch's states come from memory, and
+    // the hardware prefetchers do not cross from one unit's state to the next one's pages.
     template <int64_t Stride>
     GDN_INLINE const char *next_pair_part(int64_t g, int64_t t) const {
+        if (b.tokens == 1)
+            return Stride > 0 && b.ahead.base && b.ahead.stride == Stride && b.padded == b.Sk &&
+                           (g + 1) * kTokenGroup <= b.Sv
+                       ? b.ahead.base + g * kTokenGroup * Stride
+                       : nullptr;
         const int64_t pair_step = 2 * t + g % 2, next_pair = g / 2 * 2 + 2;
         if (Stride == 0 || !from.base || from.stride != Stride || b.tokens == 1 || pair_step >= 4 ||
             (next_pair + 2) * kTokenGroup > b.Sv)
@@ -162,13 +173,14 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
         if (starting && t == 0 && places.copied(g)) places.copy_in(g);
         const StateLines start_src = g >= 0 ? places.src(g, t) : StateLines{};
         const char *ahead = g >= 0 ? places.next_pair_part<Stride>(g, t) : nullptr;
+        const int ahead_lines = b.tokens == 1 ? 2 : 1;  // a group's four columns: 128 bytes per vector of the pass
         Vec ck[kTokenGroup] = {}, cq[kTokenGroup] = {};
         const bool finishing = fin_g >= 0;
         if (finishing && g >= 0 && g != fin_g) {
-            fused_pass<true, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
+            fused_pass<true, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead, ahead_lines);
         } else {  // nothing to fuse: the first step, the last, or a lone group's next token
             if (finishing) fused_pass<true, false, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck);
-            if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead);
+            if (g >= 0) fused_pass<false, true, Stride>(b, fin_t, fin_src, fin_dst, delta, cq, t, start_src, ck, ahead, ahead_lines);
         }
         if (finishing) {
             const int count = places.columns(fin_g);

@@ -41,8 +41,8 @@ struct TokenBlock {
     const float *const *v = nullptr;
     float *const *out = nullptr;
     const StateLines *snapshot = nullptr;
-    // The rows of the state the worker's next unit starts from (value-major; base nullptr: none),
-    // asked of L2 by token_block_rows while the last token's second pass runs (token_rows.cpp).
+    // The state the worker's next unit starts from, in this kernel's layout (base nullptr: none):
+    // a decoding step asks L2 for it while its second passes run (the kernels say how).
     StateLines ahead;
 };
 

@@ -58,11 +58,12 @@ uint64_t TokenForwardScratch::bytes() const {
            sizeof(void *) * (v.size() + out.size()) + sizeof(StateLines) * snapshot.size();
 }
 
-StateLines token_forward_ahead(const ForwardArgs &a, int64_t b, int64_t h) {
-    return a.s0 && value_major(*a.s0) ? lines_of(*a.s0, h, b) : StateLines{};
+InitialState token_forward_initial(const ForwardArgs &a, int64_t b, int64_t h) {
+    if (a.s0 == nullptr) return {};
+    return {lines_of(*a.s0, h, b), value_major(*a.s0)};
 }
 
-void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w, StateLines ahead) {
+void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w, InitialState next) {
     const Dims &d = a.dims;
     const int64_t kh = d.key_head(h), bq = d.qk_sequence(b), Sk = d.Sk, P = padded_row(Sk);
     const bool per_channel = d.gate_width != 1;
@@ -133,7 +134,7 @@ void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForward
         if (t1 == d.T) {
             to = w.snapshot[blk.tokens - 1];  // base nullptr when no slot is asked for
             w.snapshot[blk.tokens - 1] = {};
-            blk.ahead = ahead;
+            if (next.rows == rows) blk.ahead = next.lines;
         }
         kernel(blk, from, to, w.columns.data());
         if (a.out && converted)

@@ -26,13 +26,17 @@ struct TokenForwardScratch {
     uint64_t bytes() const;
 };
 
-// Unit (b, h) over all T tokens: its rows of out and its snapshot slots. `ahead`: the initial
-// state of the unit the worker runs next (token_forward_ahead), asked of the caches meanwhile.
-void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w, StateLines ahead = {});
+// A unit's initial state in memory, as the kernel of its layout reads it: the rows of a
+// value-major state, the columns of a key-major one.
+struct InitialState {
+    StateLines lines;  // base nullptr: none (zero)
+    bool rows = false;
+};
+InitialState token_forward_initial(const ForwardArgs &a, int64_t b, int64_t h);
 
-// The initial state of unit (b, h) as a value-major kernel's ahead rows: none unless s0 is
-// value-major. Key-major states need none: their columns are one contiguous run that the
-// hardware prefetchers follow, where a value-major kernel reads strips of every row.
-StateLines token_forward_ahead(const ForwardArgs &a, int64_t b, int64_t h);
+// Unit (b, h) over all T tokens: its rows of out and its snapshot slots. `next`: the initial
+// state of the unit the worker runs next (token_forward_initial), which the kernel asks of L2
+// while its last pass runs when it is in the kernel's own layout (TokenBlock::ahead).
+void token_forward_unit(const ForwardArgs &a, int64_t b, int64_t h, TokenForwardScratch &w, InitialState next = {});
 
 }  // namespace gdn::cpu

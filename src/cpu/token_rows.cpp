@@ -20,12 +20,13 @@
 // strip in L1.
 //
 // A decoding step updated in place (the serving case) runs its second pass as decoding_update:
-// one row pointer, and the next unit's rows of the strip asked of L2 as it goes.
+// one row pointer, and a strip's share of the next unit's state asked of L2 as it goes.
 //
-// Measured at the 27B shape, B = 1, states on cache lines as PyTorch allocates them (docs/PERF.md,
-// bench/decode_layouts): one thread, the state in L3, 1.02-1.13 of the key-major kernel's rate
-// round by round (0.94-0.96 before decoding_update; about 0.88 for states 16 bytes past a line,
-// whose strip rows straddle a third line); at B = 16 (from DRAM) 1.7-2.0 of it. Tried and
+// Measured at the 27B shape, states on cache lines as PyTorch allocates them (docs/PERF.md,
+// bench/decode_layouts): B = 1, one thread, the state in L3, 1.00-1.01 of the key-major kernel's
+// rate round by round (0.94-0.96 before decoding_update; about 0.88 for states 16 bytes past a
+// line, whose strip rows straddle a third line); B = 16, two threads, from memory, 1.4-1.8x this
+// kernel's rate before. Tried and
 // dropped: vectors of 8 floats, the strip staged in contiguous work rows by the first pass (no
 // faster), the state row by row with the class sums in L1, the next strip's first pass fused into
 // this one's second, software prefetches of the next strip of the same unit (no change, or
@@ -145,26 +146,34 @@ GDN_INLINE void strip_update(const TokenBlock &b, int64_t t, const Strip<V> &src
     });
 }
 
+// Where a decoding step's second pass asks L2 for the next unit's state: `bytes` (W floats) at
+// `first` for the first row, `step` bytes further for each next one.
+struct Ahead {
+    uintptr_t first;
+    int64_t step;
+};
+
 // strip_update for a decoding step (one token) on a strip read and written in place, whose
 // rows are whole classes (Sk a multiple of 8): the same operations in the same order, through
-// one row pointer, while the next unit's rows of the strip (at `ahead` bytes from these; 0:
-// none) are asked of L2. strip_update's separate source and destination rows, one pointer per
-// class each, need more registers than x86 has (GCC spills them), and the next unit's strided
-// rows are beyond the hardware prefetchers' reach: this pass is the last reading of the strip,
-// so the next unit's first pass finds its rows in L2 rather than L3.
+// one row pointer, while a share of the next unit's state is asked of L2. strip_update's
+// separate source and destination rows, one pointer per class each, need more registers than
+// x86 has (GCC spills them), and the next unit's state is beyond the hardware prefetchers'
+// reach (another unit's pages, read in strips): this pass is the last reading of the strip, so
+// the next unit's first pass finds its rows in L2 rather than in L3 or memory.
 template <int V>
 GDN_INLINE void decoding_update(const TokenBlock &b, const Strip<V> &rows, const Wide (&delta)[V],
-                                Wide (&cq)[kClasses][V], uintptr_t ahead) {
+                                Wide (&cq)[kClasses][V], Ahead ahead) {
     const float *k = b.k, *q = b.q, *a = b.decay;
     char *row = rows.base;
+    uintptr_t next = ahead.first;
     for (int64_t i0 = 0; i0 < b.Sk; i0 += kClasses) {
 #pragma GCC unroll 8
         for (int l = 0; l < kClasses; ++l) {
             const int64_t i = i0 + l;
             float *r = reinterpret_cast<float *>(row);
-            const uintptr_t next = reinterpret_cast<uintptr_t>(row) + ahead;
             for (int v = 0; v < V; ++v)
                 __builtin_prefetch(reinterpret_cast<const void *>(next + v * kWideLanes * sizeof(float)), 0, 2);
+            next += ahead.step;
             const Wide av = broadcast(a[i]), kv = broadcast(k[i]), qv = broadcast(q[i]);
             for (int v = 0; v < V; ++v) {
                 const Wide updated = wload(r + v * kWideLanes) * av + delta[v] * kv;
@@ -228,10 +237,15 @@ GDN_INLINE void run_strip(const TokenBlock &b, StateLines from, StateLines to, i
     // A decoding step on a whole strip updated in place, with no padded rows: decoding_update.
     const bool in_place = b.tokens == 1 && whole && from.base && from.base == to.base && from.stride == to.stride &&
                           Sk == P && !b.snapshot[0].base;
-    // The next unit's strip, as an offset from this one's rows (0: none, the rows themselves).
-    const uintptr_t ahead = b.ahead.base && b.ahead.stride == from.stride
-                                ? reinterpret_cast<uintptr_t>(b.ahead.base) - reinterpret_cast<uintptr_t>(from.base)
-                                : 0;
+    // The next unit's state, a strip's worth: in memory order when its rows are contiguous and
+    // whole strips (strip s asks for bytes [s, s + 1) x Sk x W floats: one stream the memory
+    // side can follow), else its rows of this strip; with none, this strip's own rows again.
+    const int64_t row_bytes = W * int64_t(sizeof(float));
+    const uintptr_t next = reinterpret_cast<uintptr_t>(b.ahead.base);
+    const Ahead ahead = !b.ahead.base ? Ahead{reinterpret_cast<uintptr_t>(first.base), first.stride}
+                        : b.ahead.stride == b.Sv * int64_t(sizeof(float)) && b.Sv % W == 0
+                            ? Ahead{next + uintptr_t(j0 / W * Sk * row_bytes), row_bytes}
+                            : Ahead{next + uintptr_t(j0 * int64_t(sizeof(float))), b.ahead.stride};
 
     Wide ck[kClasses][V] = {}, delta[V];
     strip_dots(b, 0, first, ck);
