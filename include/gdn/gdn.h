@@ -198,6 +198,8 @@ GDN_API gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p,
  * with nth workers). The context's own threads are not used (create it with n_threads = 1).
  *   cpu: each share's scratch belongs to the calling thread (kept there for its next share), so
  *        the shares of one call and of different calls may run concurrently on one context.
+ *        Packed sequences (cu_seqlens) and state pools (state_indices) are refused
+ *        (GDN_ERROR_UNSUPPORTED): call gdn_forward / gdn_backward for them.
  *   ref, cuda: share 0 runs the whole call, the others return GDN_OK at once; one call at a time.
  * Every share validates the whole call before it writes anything, so bad arguments fail every
  * share alike and nothing is written; only GDN_ERROR_OUT_OF_MEMORY in one share can leave

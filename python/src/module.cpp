@@ -346,12 +346,16 @@ nb::object decoding_step(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
     if (!(out.is_none() || out.type().is(torch->tensor))) return nb::none();
     if (!(scale.is_none() || (PyFloat_CheckExact(scale.ptr()) && std::isfinite(PyFloat_AS_DOUBLE(scale.ptr())))))
         return nb::none();
-    if (nb::cast<bool>(torch->is_grad_enabled()))
+    if (nb::cast<bool>(torch->is_grad_enabled())) {
         for (nb::handle t : tensors)
             if (nb::cast<bool>(t.attr(torch->requires_grad))) return nb::none();
+        if (!out.is_none() && nb::cast<bool>(out.attr(torch->requires_grad))) return nb::none();
+    }
     const auto floating = [](gdn_type t) {
         return t == GDN_TYPE_F32 || t == GDN_TYPE_F64 || t == GDN_TYPE_BF16 || t == GDN_TYPE_F16;
     };
+    gdn_status status;
+    nb::object o;
     try {
         Binder bind(ctx);
         gdn_problem p{};
@@ -382,29 +386,27 @@ nb::object decoding_step(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
         p.head_map = GDN_HEAD_MAP_GROUPED;
         p.state_indices = bind.indices(state_indices, "state_indices", "the state slots, one per sequence");
         p.precision = static_cast<gdn_precision>(precision);
-        nb::object o = out.is_none() ? torch->empty_like(v, nb::arg("memory_format") = torch->contiguous_format)
-                                     : nb::borrow(out);
+        o = out.is_none() ? torch->empty_like(v, nb::arg("memory_format") = torch->contiguous_format) : nb::borrow(out);
         const gdn_tensor o_t = bind.tensor(o, "out", true);
-        gdn_status status;
-        {
-            nb::gil_scoped_release unlocked;
-            status = gdn_forward(ctx.raw(), &p, &o_t, &p.state);
-        }
-        switch (status) {
-        case GDN_OK:
-            return o;
-        case GDN_ERROR_INVALID_ARGUMENT:
-        case GDN_ERROR_SHAPE:
-        case GDN_ERROR_LAYOUT:
-        case GDN_ERROR_TYPE:
-        case GDN_ERROR_ALIAS:
-        case GDN_ERROR_UNSUPPORTED:
-            return nb::none();  // refused, nothing written
-        default:
-            ctx.check(status);
-            return nb::none();
-        }
+        const ArrayView ov = bind.last();  // out=: v's shape, q's dtype (as o would be)
+        if (!(o_t.type == call && ov.ndim == 4 && std::equal(ov.shape, ov.shape + 4, vv.shape))) return nb::none();
+        nb::gil_scoped_release unlocked;
+        status = gdn_forward(ctx.raw(), &p, &o_t, &p.state);
     } catch (const GdnError &) {  // an argument the binding cannot read: the general path says which
+        return nb::none();
+    }
+    switch (status) {
+    case GDN_OK:
+        return o;
+    case GDN_ERROR_INVALID_ARGUMENT:
+    case GDN_ERROR_SHAPE:
+    case GDN_ERROR_LAYOUT:
+    case GDN_ERROR_TYPE:
+    case GDN_ERROR_ALIAS:
+    case GDN_ERROR_UNSUPPORTED:
+        return nb::none();  // refused, nothing written
+    default:
+        ctx.check(status);  // the call failed: raised, not retried
         return nb::none();
     }
 }
@@ -464,8 +466,9 @@ NB_MODULE(_gdn, m) {
           nb::arg("dbeta").none(), nb::arg("dstate").none(), nb::arg("scale").none(), nb::arg("head_map"),
           nb::arg("dry_run"), nb::arg("cu_seqlens").none() = nb::none(),
           nb::arg("state_indices").none() = nb::none(), nb::arg("precision") = 0);
-    m.def("decoding_step", &decoding_step, nb::arg("ctx"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("g"),
-          nb::arg("beta"), nb::arg("state"), nb::arg("state_indices").none(), nb::arg("out").none(),
+    m.def("decoding_step", &decoding_step, nb::arg("ctx"), nb::arg("q").none(), nb::arg("k").none(),
+          nb::arg("v").none(), nb::arg("g").none(), nb::arg("beta").none(), nb::arg("state").none(),
+          nb::arg("state_indices").none(), nb::arg("out").none(),
           nb::arg("scale").none(), nb::arg("state_kv"), nb::arg("precision"));
     gdn_python::bind_l2norm(m);
     gdn_python::bind_memory(m);

@@ -300,6 +300,10 @@ def bad_pool_calls():
         ("out not a tensor", dict(out=[0.0]), gdn.InvalidArgumentError, "out is a tensor"),
         ("out with autograd", dict(q=q.clone().requires_grad_(), out=torch.zeros(2, 1, 4, 6)),
          gdn.UnsupportedError, "autograd"),
+        ("out requiring grad", dict(out=torch.zeros(2, 1, 4, 6, requires_grad=True)), gdn.UnsupportedError,
+         "autograd"),
+        ("out overlapping itself", dict(out=torch.zeros(1, 1, 4, 6).expand(2, 1, 4, 6)), gdn.LayoutError, "overlap"),
+        ("out of fewer dimensions", dict(out=torch.zeros(2, 4, 6)), gdn.InvalidArgumentError, "out is"),
     ], good
 
 

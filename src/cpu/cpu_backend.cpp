@@ -244,7 +244,7 @@ public:
     // allocated (and, for the backward, this share's groups planned) before anything is written.
     Status forward_share(const ForwardArgs &a, int ith, int nth) override {
         const Dims &d = a.dims;
-        if (d.N > 0) return packed_shares_unsupported();
+        if (d.N > 0 || d.pooled) return sequence_shares_unsupported();
         ShareScratch &s = share_scratch();
         if (per_token(d, per_token_max_tokens_forward)) {
             s.token_forward.resize(d);
@@ -268,7 +268,7 @@ public:
 
     Status backward_share(const BackwardArgs &a, int ith, int nth) override {
         const Dims &d = a.dims;
-        if (d.N > 0) return packed_shares_unsupported();
+        if (d.N > 0 || d.pooled) return sequence_shares_unsupported();
         ShareScratch &s = share_scratch();
         const int64_t groups = d.Bq * d.Hk;
         const int64_t begin = cpu::share_begin(groups, ith, nth), end = cpu::share_begin(groups, ith + 1, nth);
@@ -307,9 +307,11 @@ private:
         }
         const std::vector<int64_t> &plan_of(int64_t group) const { return plans[static_cast<size_t>(group - first_group)]; }
     };
-    static Status packed_shares_unsupported() {
-        return fail(GDN_ERROR_UNSUPPORTED, "packed sequences (cu_seqlens) are not split into shares yet: call gdn_forward / "
-                                           "gdn_backward, or one share per sequence");
+    // Packed and pooled calls run as one call per sequence (core/sequences.h), which shares do not
+    // split: refused before anything is written.
+    static Status sequence_shares_unsupported() {
+        return fail(GDN_ERROR_UNSUPPORTED, "packed sequences (cu_seqlens) and state pools (state_indices) are not split "
+                                           "into shares yet: call gdn_forward / gdn_backward, or one share per sequence");
     }
     static ShareScratch &share_scratch() {
         thread_local ShareScratch scratch;

@@ -266,6 +266,9 @@ TEST(CpuStateLayouts, PoolInPlaceSameBitsForEveryThreadCount) {
             p.state = pool.t;
             p.state_indices = {indices.data(), GDN_TYPE_I32, {s.B, 1, 1, 1}, {4, 4 * s.B, 4 * s.B, 4 * s.B}};
             CpuContext cpu(threads, 0);
+            // Shares do not split a pooled call (one call per sequence inside): refused, nothing written.
+            EXPECT_EQ(gdn_forward_share(cpu.ctx, &p, &out_t, &p.state, 0, 2), GDN_ERROR_UNSUPPORTED);
+            EXPECT_TRUE(same_bits(pool.logical(), values));
             ASSERT_EQ(gdn_forward(cpu.ctx, &p, &out_t, &p.state), GDN_OK) << gdn_last_error(cpu.ctx);
             const std::vector<float> after = pool.logical();
             const int64_t area = s.Sk * s.Sv * s.Hv;

@@ -354,11 +354,11 @@ def _decoding_step(q, k, v, g, beta, scale, state, indices, l2norm, v_first, pre
     does not take (a subclass or fake tensor, autograd wanted, FLA's other ranks or dtypes), or a
     call the library refuses without writing anything; the general path then checks every
     argument in Python, with messages in FLA's terms, or copies an input it cannot read in place."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or type(v) is not torch.Tensor:
         return None
-    if l2norm:  # normalised first: the extension's checks then see the normalised q and k
-        if not (type(q) is torch.Tensor and type(k) is torch.Tensor) or (
-                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
+    if l2norm:  # normalised first (the extension then checks the normalised q and k): what it needs
+        if not (type(q) is torch.Tensor and type(k) is torch.Tensor and q.dtype in _CALL_DTYPES and k.dtype == q.dtype
+                and q.dim() == 4 and k.dim() == 4) or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
             return None
         q, k = _normalized(q), _normalized(k)
     return _gdn.decoding_step(_context_for(v)._native, q, k, v, g, beta, state, indices, out, scale, not v_first,
@@ -415,7 +415,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         if o is not None:
             return o, initial_state
     if out is not None:
-        _check_out(out, q, v, (q, k, v, g, gk, beta, initial_state))
+        _check_out(out, q, v, (q, k, v, g, gk, beta, initial_state, A_log, dt_bias))
     o, final_state = _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_final_state,
                                       use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
                                       use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
@@ -430,8 +430,12 @@ def _check_out(out, q, v, inputs):
     if out.shape != v.shape or out.dtype != q.dtype or out.device != v.device:
         raise _errors.InvalidArgumentError(
             f"out is {tuple(out.shape)} {out.dtype} on {out.device}; o is {tuple(v.shape)} {q.dtype} on {v.device}")
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*inputs, out)):
         raise _errors.UnsupportedError("out= has no autograd: run under torch.no_grad(), or leave out unset")
+    if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
+        raise _errors.LayoutError(f"out has strides {tuple(out.stride())}: an output's elements must not overlap")
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise _errors.InvalidArgumentError("out is an inference tensor: write it inside torch.inference_mode()")
 
 
 def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
