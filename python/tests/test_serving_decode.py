@@ -62,7 +62,7 @@ def test_fused_recurrent_signature_starts_with_flas():
     assert positional == [entry for entry in fla if entry[0] != "**kwargs"]
     keyword_only = {p.name: p.default for p in parameters if p.kind == p.KEYWORD_ONLY}
     assert keyword_only == dict(ssm_state_indices=None, initial_state_indices=None, inplace_final_state=None,
-                                precision="exact")
+                                precision="exact", out=None)
     assert parameters[-1].kind == parameters[-1].VAR_KEYWORD
 
 
