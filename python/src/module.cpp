@@ -15,6 +15,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <string>
@@ -134,7 +135,8 @@ public:
     gdn_tensor tensor(nb::handle a, const char *name, bool writable = false, Reading reading = Reading::as_is) {
         gdn_tensor t{};
         if (a.is_none()) return t;
-        const ArrayView view = last_ = view_of(a, name, writable);
+        const ArrayView view = view_of(a, name, writable);
+        if (seen_count_ < kSeen) seen_[seen_count_++] = {name, view};
         if (view.ndim < 1) raise(GDN_ERROR_SHAPE, "%s has %zu dimensions; gdn tensors have 1 to 4", name, view.ndim);
         t.type = element_type(view.dtype, name);
         const int64_t item = view.itemsize();
@@ -205,8 +207,13 @@ public:
         return t;
     }
 
-    // The array the last tensor() converted, as the caller gave it (rank and shape outermost first).
-    const ArrayView &last() const { return last_; }
+    // The array tensor() converted under `name` (its first kSeen), as the caller gave it: rank and
+    // shape outermost first, before any Reading. An empty view (ndim 0) where there is none.
+    ArrayView view(const char *name) const {
+        for (size_t i = 0; i < seen_count_; ++i)
+            if (std::strcmp(seen_[i].first, name) == 0) return seen_[i].second;
+        return {};
+    }
 
 private:
     ArrayView view_of(nb::handle a, const char *name, bool writable) {
@@ -266,7 +273,9 @@ private:
     }
 
     const Context &ctx_;
-    ArrayView last_;
+    static constexpr size_t kSeen = 8;  // a call's tensors (indices are not kept)
+    std::pair<const char *, ArrayView> seen_[kSeen];
+    size_t seen_count_ = 0;
     std::deque<InArray> inputs_;
     std::deque<OutArray> outputs_;
 };
@@ -358,37 +367,24 @@ nb::object decoding_step(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
     nb::object o;
     try {
         Binder bind(ctx);
-        gdn_problem p{};
-        p.q = bind.tensor(q, "q");
-        const ArrayView qv = bind.last();
-        p.k = bind.tensor(k, "k");
-        const size_t k_rank = bind.last().ndim;
-        p.v = bind.tensor(v, "v");
-        const ArrayView vv = bind.last();
-        p.g = bind.tensor(g, "g", false, Reading::unit_inner);
-        const size_t g_rank = bind.last().ndim;
-        p.beta = bind.tensor(beta, "beta", false, Reading::unit_inner);
-        const size_t beta_rank = bind.last().ndim;
-        const Reading state_reading = state_kv ? Reading::swapped_inner : Reading::as_is;
-        p.state = bind.tensor(state, "state", true, state_reading);
-        const size_t state_rank = bind.last().ndim;
+        const std::optional<double> scale_value =
+            scale.is_none() ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(scale.ptr()));
+        gdn_problem p = make_problem(bind, q, k, v, g, beta, state, scale_value, GDN_HEAD_MAP_GROUPED, nb::none(),
+                                     state_indices, precision, true, state_kv);
+        const ArrayView qv = bind.view("q"), vv = bind.view("v");
         const gdn_type call = p.q.type;
         if (!(floating(call) && p.k.type == call && p.v.type == call && floating(p.g.type) && floating(p.beta.type) &&
               p.state.type == (call == GDN_TYPE_F64 ? GDN_TYPE_F64 : GDN_TYPE_F32)))
             return nb::none();
-        if (!(qv.ndim == 4 && k_rank == 4 && vv.ndim == 4 && g_rank == 3 && beta_rank == 3 && state_rank == 4))
+        if (!(qv.ndim == 4 && bind.view("k").ndim == 4 && vv.ndim == 4 && bind.view("g").ndim == 3 &&
+              bind.view("beta").ndim == 3 && bind.view("state").ndim == 4))
             return nb::none();
         if (!(vv.shape[0] == qv.shape[0] && vv.shape[1] == qv.shape[1] && qv.shape[2] && qv.shape[3] && vv.shape[2] &&
               vv.shape[3]))
             return nb::none();
-        p.scale = scale.is_none() ? 0.0 : PyFloat_AS_DOUBLE(scale.ptr());
-        p.scale_is_explicit = scale.is_none() ? 0 : 1;
-        p.head_map = GDN_HEAD_MAP_GROUPED;
-        p.state_indices = bind.indices(state_indices, "state_indices", "the state slots, one per sequence");
-        p.precision = static_cast<gdn_precision>(precision);
         o = out.is_none() ? torch->empty_like(v, nb::arg("memory_format") = torch->contiguous_format) : nb::borrow(out);
         const gdn_tensor o_t = bind.tensor(o, "out", true);
-        const ArrayView ov = bind.last();  // out=: v's shape, q's dtype (as o would be)
+        const ArrayView ov = bind.view("out");  // out=: v's shape, q's dtype (as o would be)
         if (!(o_t.type == call && ov.ndim == 4 && std::equal(ov.shape, ov.shape + 4, vv.shape))) return nb::none();
         nb::gil_scoped_release unlocked;
         status = gdn_forward(ctx.raw(), &p, &o_t, &p.state);

@@ -129,24 +129,26 @@ struct GroupPlaces {
             std::memset(row + b.Sk, 0, sizeof(float) * (b.padded - b.Sk));  // zero times the zero pads of k, q
         }
     }
-    // With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's first
-    // reads would wait on L3: its eight columns (P / 2 lines, contiguous in the state when Stride
-    // is its column stride) are prefetched a quarter per step over this pair's first four steps
-    // (measured: without it this kernel lost to the one before it, `70e1a57`, at 48 heads and
-    // T = 4; at T = 1 each step's first pass is already the next group's read).
-    // Step (g, t)'s quarter, or nullptr.
-    // A decoding step (one token): step g asks for group g of the next unit's state (b.ahead),
-    // its four columns, two lines per vector of the pass; a batch's states come from memory, and
-    // the hardware prefetchers do not cross from one unit's state to the next one's pages.
+    // What step (g, t) asks L2 for while it runs (nullptr: nothing), ahead_lines() lines per
+    // vector of its pass.
+    // - A decoding step (one token): group g of the next unit's state (b.ahead), its four
+    //   columns; a batch's states come from memory, and the hardware prefetchers do not cross
+    //   from one unit's state to the next one's pages.
+    // - With several tokens a pair of groups stays in L1 for 2T steps, and the next pair's first
+    //   reads would wait on L3: its eight columns (P / 2 lines, contiguous in the state when
+    //   Stride is its column stride), a quarter per step over this pair's first four steps
+    //   (measured: without it this kernel lost to the one before it, `70e1a57`, at 48 heads and
+    //   T = 4).
+    GDN_INLINE int ahead_lines() const { return b.tokens == 1 ? 2 : 1; }  // 4 columns: 128 bytes a vector
     template <int64_t Stride>
-    GDN_INLINE const char *next_pair_part(int64_t g, int64_t t) const {
+    GDN_INLINE const char *ahead_part(int64_t g, int64_t t) const {
         if (b.tokens == 1)
             return Stride > 0 && b.ahead.base && b.ahead.stride == Stride && b.padded == b.Sk &&
                            (g + 1) * kTokenGroup <= b.Sv
                        ? b.ahead.base + g * kTokenGroup * Stride
                        : nullptr;
         const int64_t pair_step = 2 * t + g % 2, next_pair = g / 2 * 2 + 2;
-        if (Stride == 0 || !from.base || from.stride != Stride || b.tokens == 1 || pair_step >= 4 ||
+        if (Stride == 0 || !from.base || from.stride != Stride || pair_step >= 4 ||
             (next_pair + 2) * kTokenGroup > b.Sv)
             return nullptr;
         return from.base + next_pair * kTokenGroup * Stride + pair_step * 2 * Stride;
@@ -172,8 +174,8 @@ GDN_INLINE void run_steps(const TokenBlock &b, const GroupPlaces &places) {
         const int64_t g = starting ? order.group : -1, t = starting ? order.t : 0;
         if (starting && t == 0 && places.copied(g)) places.copy_in(g);
         const StateLines start_src = g >= 0 ? places.src(g, t) : StateLines{};
-        const char *ahead = g >= 0 ? places.next_pair_part<Stride>(g, t) : nullptr;
-        const int ahead_lines = b.tokens == 1 ? 2 : 1;  // a group's four columns: 128 bytes per vector of the pass
+        const char *ahead = g >= 0 ? places.ahead_part<Stride>(g, t) : nullptr;
+        const int ahead_lines = places.ahead_lines();
         Vec ck[kTokenGroup] = {}, cq[kTokenGroup] = {};
         const bool finishing = fin_g >= 0;
         if (finishing && g >= 0 && g != fin_g) {

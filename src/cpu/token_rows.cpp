@@ -24,13 +24,12 @@
 //
 // Measured at the 27B shape, states on cache lines as PyTorch allocates them (docs/PERF.md,
 // bench/decode_layouts): B = 1, one thread, the state in L3, 1.00-1.01 of the key-major kernel's
-// rate round by round (0.94-0.96 before decoding_update; about 0.88 for states 16 bytes past a
+// rate round by round (0.94-0.96 before decoding_update; about 0.85 for states 16 bytes past a
 // line, whose strip rows straddle a third line); B = 16, two threads, from memory, 1.4-1.8x this
-// kernel's rate before. Tried and
-// dropped: vectors of 8 floats, the strip staged in contiguous work rows by the first pass (no
-// faster), the state row by row with the class sums in L1, the next strip's first pass fused into
-// this one's second, software prefetches of the next strip of the same unit (no change, or
-// slower).
+// kernel's rate before. Tried and dropped: vectors of 8 floats, the strip staged in contiguous
+// work rows by the first pass (no faster), the state row by row with the class sums in L1, the
+// next strip's first pass fused into this one's second, software prefetches of the next strip of
+// the same unit (no change, or slower).
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -146,8 +145,8 @@ GDN_INLINE void strip_update(const TokenBlock &b, int64_t t, const Strip<V> &src
     });
 }
 
-// Where a decoding step's second pass asks L2 for the next unit's state: `bytes` (W floats) at
-// `first` for the first row, `step` bytes further for each next one.
+// Where a decoding step's second pass asks L2 for the next unit's state: W floats at `first`
+// beside the strip's first row, `step` bytes further beside each next one.
 struct Ahead {
     uintptr_t first;
     int64_t step;

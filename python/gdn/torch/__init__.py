@@ -25,7 +25,6 @@ natively (``"exact"``, the default, never does).
 """
 
 import contextlib
-import math
 import threading
 import warnings
 from typing import Optional, Tuple
