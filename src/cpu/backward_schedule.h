@@ -26,6 +26,26 @@ inline bool split_backward_units(int64_t groups, int64_t units, int threads) {
     return groups <= 2 * int64_t(threads) && ceil_div(groups, threads) * units > ceil_div(groups * units, threads);
 }
 
+// What a panel item costs beyond its columns' share of a unit, in unit-times: it prepares the
+// unit's chunk again (gates, P, M; KDA's gated rows), and each unit is finished once more from
+// its panels' sums (bench/backward_scaling measures both).
+constexpr double kPanelOverheadUnits = 0.1;
+
+// The items of a call's backward (cpu_backend.cpp: one unpacked call): panels where even single
+// units leave workers idle and the panels' rounds, overhead included, end sooner (B = 1 on a
+// many-core host: 48 units of the 27B shape on 64 threads are one round, and 96 panels would be
+// two of half a unit); else units where split_backward_units says so; else groups. The bits are
+// the same for each (value_columns.h).
+inline BackwardItems backward_items(int64_t groups, int64_t units, int64_t panels, int threads) {
+    const auto ceil_div = [](int64_t x, int64_t y) { return (x + y - 1) / y; };
+    const int64_t unit_items = groups * units;
+    if (panels > 1 && unit_items < threads &&
+        double(ceil_div(unit_items * panels, threads)) * (1.0 / double(panels) + kPanelOverheadUnits) <
+            double(ceil_div(unit_items, threads)))
+        return BackwardItems::Panels;
+    return split_backward_units(groups, units, threads) ? BackwardItems::Units : BackwardItems::Groups;
+}
+
 // The group schedule on more groups than workers that do not divide them (16 groups on 3, 5, 6
 // or 7): whole groups handed out, the last round leaves workers waiting a whole group's time.
 // There the tail, the last `threads` groups, runs in two steps instead: their forward passes
@@ -42,11 +62,12 @@ inline int64_t backward_tail_groups(int64_t groups, int threads) {
 // Chunk ends of group g = bq * Hk + kh.
 using GroupPlans = std::function<const std::vector<int64_t> &(int64_t group)>;
 
-// The split schedule of one call: the forward pass per unit, then per round (segment
-// `segments - 1 - round` of each group that has it) the unit steps of every group, then the
-// groups' reductions (each followed by the grams of its group's next segment). states[g]
-// belongs to group g; work[w] to worker w.
-void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans,
+// The split schedule of one call: the forward pass per unit (per panel), then per round (a run of
+// segments, the last first: backward_rounds) the unit (panel) steps of every group that has it,
+// split by panels the units' finishes, then the groups' reductions (each followed by the grams of
+// its group's next round). items: Units or Panels. states[g] belongs to group g; work[w] to
+// worker w.
+void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlans &plans, BackwardItems items,
                         std::vector<GroupBackward> &states, std::vector<BackwardWork> &work);
 
 // The group schedule with a tail (backward_tail_groups): states[w] belongs to worker w for the

@@ -8,6 +8,9 @@
 //   dP  = dOc Dm^T (s <= r),   dM = -diag(beta) Y Dm^T (s < r)
 //   dV  = diag(beta) Y,   dbeta_r = Y_r . (R - M Dm)_r
 // (Dm = A diag(beta) R gives dA = dDm (beta o R)^T, dLmat = -A^T dA A^T = -Y Dm^T, dM = diag(beta) dLmat.)
+// Every line but dQg, dKg, dKl, dP, dM, dbeta and the gL term is column-local (a column of dV or
+// dS0 reads the same column of the others); those sum over value columns, and are taken per
+// panel of columns (backward_panel_chunk) and added in panel order (ColumnSums).
 // The gate gradient is assembled per token: every exp(gam_r - gam_s) factor (pairs s < r inside
 // the chunk, and (L, r) for Kl) contributes to dg_t only for s < t <= r, every exp(gam_r) factor
 // (Qg, Kg) to dg_t for t <= r, and gL to every t. The pairs crossing t are added up in double, as
@@ -36,6 +39,8 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     dqkg.resize(2 * C * Sk);
     dkl.resize(C * Sk);
     dkinv.resize(kda ? C * Sk : 0);
+    dbeta_dots.resize(C);
+    panel_wterm.resize(gw);
     dpm_kinv.resize(kda ? 2 * C * Sk : 0);
     dpm.resize(2 * C * C);
     dp_diag.resize(kda ? C : 0);
@@ -61,9 +66,9 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
 
 uint64_t BackwardWork::bytes() const {
     uint64_t n = chunk.bytes();
-    for (const auto *v : {&d_state, &doy, &y, &dqkg, &dkl, &dkinv, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair})
+    for (const auto *v : {&d_state, &doy, &y, &dqkg, &dkl, &dkinv, &dbeta_dots, &dpm_kinv, &dpm, &dp_diag, &dg_rows, &dq, &dk, &gp, &gm, &gm_pair})
         n += v->size() * sizeof(float);
-    for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm}) n += v->size() * sizeof(double);
+    for (const auto *v : {&single, &link, &pair, &acc, &dgam, &wterm, &panel_wterm}) n += v->size() * sizeof(double);
     return n + coming_rows.bytes();
 }
 
@@ -106,32 +111,78 @@ void kda_pairs_and_products(int64_t L, int64_t Sk, float *dP, BackwardWork &w) {
 
 }  // namespace
 
-UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                               const float *z, const float *e, const float *dsl, float *ds0, BackwardWork &w) {
-    const Dims &d = a.dims;
+int64_t column_sums_floats(int64_t C, int64_t Sk, int64_t gw) {
+    const int64_t floats = 3 * C * Sk + 2 * C * C + C;
+    return (floats + 1) / 2 * 2 + 2 * gw;  // the doubles 8-byte aligned
+}
+
+ColumnSums column_sums_at(float *floats, int64_t C, int64_t Sk) {
+    ColumnSums s;
+    s.dqkg = floats;
+    s.dkl = s.dqkg + 2 * C * Sk;
+    s.dpm = s.dkl + C * Sk;
+    s.dbeta = s.dpm + 2 * C * C;
+    s.wterm = reinterpret_cast<double *>(floats + (3 * C * Sk + 2 * C * C + C + 1) / 2 * 2);
+    return s;
+}
+
+ColumnSums unit_totals(BackwardWork &w) {
+    return {w.dqkg.data(), w.dkl.data(), w.dpm.data(), w.dbeta_dots.data(), w.wterm.data()};
+}
+
+[[gnu::noinline]] void add_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from,
+                                       const ColumnSums &into) {
+    axpy(1.0f, from.dqkg, into.dqkg, 2 * L * Sk);
+    axpy(1.0f, from.dkl, into.dkl, L * Sk);
+    axpy(1.0f, from.dpm, into.dpm, 2 * L * L);
+    axpy(1.0f, from.dbeta, into.dbeta, L);
+    for (int64_t ch = 0; ch < gw; ++ch) into.wterm[ch] += from.wterm[ch];
+}
+
+void copy_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from, const ColumnSums &into) {
+    std::copy_n(from.dqkg, 2 * L * Sk, into.dqkg);
+    std::copy_n(from.dkl, L * Sk, into.dkl);
+    std::copy_n(from.dpm, 2 * L * L, into.dpm);
+    std::copy_n(from.dbeta, L, into.dbeta);
+    std::copy_n(from.wterm, gw, into.wterm);
+}
+
+void prepare_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *e,
+                           BackwardWork &w) {
+    prepare_unit_chunk(*a.g, *a.beta, a.dims, unit, t0, L, true, KnownGates{nullptr, e}, w.chunk);
+    w.coming_rows.step();
+}
+
+void backward_columns_chunk(const BackwardWindow &p, int64_t panel, ChunkUnit unit, int64_t t0, int64_t L,
+                            const float *s0, const float *z, const float *dsl, float *ds0, const ColumnSums &sums,
+                            bool accumulate, BackwardWork &w) {
+    const Dims &d = p.dims;
     ChunkScratch &c = w.chunk;
-    const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width, area = Sk * Sv;
+    const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width;
     const bool kda = gw != 1;
+    const StatePanels state{Sk, panel};
     float *pack = c.pack.data();
-    prepare_unit_chunk(*a.g, *a.beta, d, unit, t0, L, true, KnownGates{nullptr, e}, c);
-    w.coming_rows.step();  // 1
-    // The gL term: w_c = gL_c sum_j dSL_cj S0_cj (KDA per channel; GDA one sum). First, because
+    c.Sv = Sv;  // the scratch is sized for every column of the call
+    c.state_panel = panel;
+    // The gL term's sums dSL . S0 (KDA per channel; GDA one sum), panel by panel. First, because
     // it reads S0 front to back: a checkpoint streamed out long ago, so the hardware prefetchers
     // bring it in here, not the transposing pack of S0^T below, line by line.
-    double *wterm = w.wterm.data();
-    if (kda)
-        row_dots_f64(Sk, Sv, dsl, s0, wterm);
-    else
-        wterm[0] = dot_f64(dsl, s0, area);
-    for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
-    const float *Z = chunk_deltas(*a.v, d, unit, t0, L, s0, z, c);
-    w.coming_rows.step();  // 2
+    double *part = w.panel_wterm.data();
+    for (int64_t j0 = 0; j0 < Sv; j0 += panel) {
+        const int64_t at = state.first_of(j0);
+        if (kda) row_dots_f64(Sk, panel, dsl + at, s0 + at, part);
+        else part[0] = dot_f64(dsl + at, s0 + at, Sk * panel);
+        const bool add = accumulate || j0 > 0;
+        for (int64_t ch = 0; ch < gw; ++ch) sums.wterm[ch] = add ? sums.wterm[ch] + part[ch] : part[ch];
+    }
+    const float *Z = chunk_deltas(*p.v_ptr, d, unit, t0, L, s0, z, c);
+    w.coming_rows.step();
     const float *P = c.p(), *Dm = c.dm.data();
 
     float *doc = w.doy.data(), *nby = w.doy.data() + L * Sv;
     const float scale = static_cast<float>(d.scale);
-    if (a.d_out) {
-        gather_rows(*a.d_out, unit.h, t0, L, unit.b, Sv, doc);
+    if (p.d_out_ptr) {
+        gather_rows(*p.d_out_ptr, unit.h, t0, L, unit.b, Sv, doc);
         cpu::scale(scale, doc, L * Sv);
     } else {
         std::fill(doc, doc + L * Sv, 0.0f);
@@ -140,36 +191,58 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     // which leaves dV = beta o Y in nby; then nby = -dV.
     trmm(Tri::Upper, L, Sv, 1.0f, transposed(P, L), doc, Sv, 0.0f, w.y.data(), Sv, pack);
     const GatedOperand kl = gated_rows(c, Gated::Kl, L);
-    c.product(L, Sv, Sk, 1.0f, kl, rows(dsl, Sv), true, w.y.data(), Sv);
-    w.coming_rows.step();  // 3
+    for (int64_t j0 = 0; j0 < Sv; j0 += panel)
+        c.product(L, panel, Sk, 1.0f, kl, rows(dsl + state.first_of(j0), panel), true, w.y.data() + j0, Sv);
+    w.coming_rows.step();
     solve_adjoint(L, Sv, c.beta.data(), c.m(L), w.y.data(), nby, pack);
-    w.coming_rows.step();  // 4
-    if (a.dv) store_token_rows(nby, L, Sv, *a.dv, unit.h, t0, unit.b);
+    w.coming_rows.step();
+    if (p.dv_ptr) store_token_rows(nby, L, Sv, *p.dv_ptr, unit.h, t0, unit.b);
     cpu::scale(-1.0f, nby, L * Sv);
     // dS0 = gL o dSL + [Qg; Kg]^T [dOc; nby].
-    if (kda) scale_rows(dsl, c.gl.data(), Sk, Sv, 1, ds0);
-    else scale_rows(dsl, c.gl.data(), 1, area, 1, ds0);
     const GatedOperand qkg_t = gated_transposed(c, Gated::QKg, L);
-    c.product(Sk, Sv, 2 * L, 1.0f, qkg_t, rows(w.doy.data(), Sv), true, ds0, Sv);
-    w.coming_rows.step();  // 5
-    // [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T (lower triangles).
-    c.product(2 * L, Sk, Sv, 1.0f, rows(w.doy.data(), Sv), transposed(s0, Sv), false, w.dqkg.data(), Sk);
-    w.coming_rows.step();  // 6
-    c.product(L, Sk, Sv, 1.0f, rows(Dm, Sv), transposed(dsl, Sv), false, w.dkl.data(), Sk);
-    w.coming_rows.step();  // 7
-    lower_product_rows(L, 2 * L, Sv, w.doy.data(), Dm, w.dpm.data(), c);
-    w.coming_rows.step();  // 8
-    // Zeros above the triangles (lower_product_rows leaves the diagonal blocks' upper parts, and
-    // writes nothing above them): dP keeps its diagonal, dM's is zero too.
-    float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
-    clear_upper(dP, L, false);
-    clear_upper(dM, L, true);
+    for (int64_t j0 = 0; j0 < Sv; j0 += panel) {
+        const int64_t at = state.first_of(j0);
+        if (kda) scale_rows(dsl + at, c.gl.data(), Sk, panel, 1, ds0 + at);
+        else scale_rows(dsl + at, c.gl.data(), 1, Sk * panel, 1, ds0 + at);
+        c.product(Sk, panel, 2 * L, 1.0f, qkg_t, rows(w.doy.data() + j0, Sv), true, ds0 + at, panel);
+    }
+    w.coming_rows.step();
+    // The sums over value columns, panel by panel, each panel's products adding to the panels'
+    // before it as the kernels end every product (C + the product's sums: the bits of
+    // add_column_sums): [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T
+    // (lower triangles; zeros above them: lower_product_rows leaves the diagonal blocks' upper
+    // parts, and writes nothing above them; dP keeps its diagonal, dM's is zero too);
     // dbeta_r = Y_r . Z_r (Z = R - M Dm).
+    for (int64_t j0 = 0; j0 < Sv; j0 += panel) {
+        const int64_t at = state.first_of(j0);
+        const bool add = accumulate || j0 > 0;
+        c.product(2 * L, Sk, panel, 1.0f, rows(w.doy.data() + j0, Sv), transposed(s0 + at, panel), add, sums.dqkg, Sk);
+        c.product(L, Sk, panel, 1.0f, rows(Dm + j0, Sv), transposed(dsl + at, panel), add, sums.dkl, Sk);
+        lower_product_rows(L, 2 * L, panel, w.doy.data() + j0, Dm + j0, Sv, sums.dpm, c, add);
+        clear_upper(sums.dpm, L, false);
+        clear_upper(sums.dpm + L * L, L, true);
+        w.coming_rows.step();
+        for (int64_t r = 0; r < L; ++r) {
+            const float dots = dot(w.y.data() + r * Sv + j0, Z + r * Sv + j0, panel);
+            sums.dbeta[r] = add ? sums.dbeta[r] + dots : dots;
+        }
+        w.coming_rows.step();
+        w.coming_rows.step();
+    }
+}
+
+UnitPieces finish_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, BackwardWork &w) {
+    const Dims &d = a.dims;
+    ChunkScratch &c = w.chunk;
+    const int64_t Sk = d.Sk, gw = d.gate_width;
+    const bool kda = gw != 1;
+    double *wterm = w.wterm.data();
+    for (int64_t ch = 0; ch < gw; ++ch) wterm[ch] *= c.gl[ch];
     if (a.dbeta)
-        for (int64_t r = 0; r < L; ++r)
-            store_element(*a.dbeta, unit.h, t0 + r, unit.b, dot(w.y.data() + r * Sv, Z + r * Sv, Sv));
+        for (int64_t r = 0; r < L; ++r) store_element(*a.dbeta, unit.h, t0 + r, unit.b, w.dbeta_dots[r]);
 
     // Gate-gradient pieces: single (Qg, Kg), link (Kl with gam_L), the gL term, pairs (P, M).
+    float *dP = w.dpm.data(), *dM = w.dpm.data() + L * L;
     const float *dQg = w.dqkg.data(), *dKg = w.dqkg.data() + L * Sk;
     AlignedVector<double> &single = w.single, &link = w.link, &pair = w.pair, &acc = w.acc;
     std::fill_n(pair.begin(), L * gw, 0.0);  // row 0 has no pairs (s < 0); the pair terms below write rows >= 1
@@ -180,11 +253,11 @@ UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0
     } else {  // Qg = e o Q, Kg = e o K, Kl = f o K: each row's factor taken out of its sums
         gda_gate_terms(L, Sk, dQg, c.q(), dKg, w.dkl.data(), c.k(L), c.e.data(), c.f.data(), single.data(), link.data());
     }
-    w.coming_rows.step();  // 9
+    w.coming_rows.step();
 
     if (kda) kda_pairs_and_products(L, Sk, dP, w);
     else gda_pairs(L, dP, dM, w);
-    w.coming_rows.step();  // 10 (kUnitChunkSteps)
+    w.coming_rows.step();
     assemble_gate_gradient(L, gw, wterm, w.single.data(), w.link.data(), w.pair.data(), w.acc.data(), w.dgam.data());
     if (a.dg && kda) {
         // KDA dg rows are Sk floats, a token stride apart: converted here, then streamed out as dv

@@ -6,6 +6,7 @@
 
 #include "core/problem.h"
 #include "cpu/chunk_drivers.h"
+#include "cpu/value_columns.h"
 
 namespace gdn::cpu {
 
@@ -20,15 +21,47 @@ struct UnitPieces {
     const float *einv = nullptr, *dkinv = nullptr;                // KDA: L x Sk
 };
 
-// The unit's backward over chunk [t0, t0 + L) from its entry state s0, its Z (L x Sv) and KDA's
-// gate factors e (L x Sk), as the forward pass kept them (nullptr: solved again, chunk_deltas;
-// computed again from the g rows): dsl = dL/dS_L in, ds0 = dL/dS0 out; writes the unit's dv, dg,
-// dbeta rows. The group's Q, K rows (and GDA's gram) are loaded in w.chunk. The pieces point
-// into w (valid until its next call). Between its steps it issues shares of w.coming_rows
-// (PacedPrefetch), started for kUnitChunkSteps steps.
-constexpr int kUnitChunkSteps = 10;
-UnitPieces backward_unit_chunk(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *s0,
-                               const float *z, const float *e, const float *dsl, float *ds0, BackwardWork &w);
+// What one panel of a unit's value columns (BackwardPanels) adds to the chunk's sums over value
+// columns, each from zero: [dQg; dKg] (2L x Sk), dKl (L x Sk), [dP; dM] (2L x L, zero above
+// the triangles), dbeta's dots Y_r . Z_r (L), and the gL term's sums dSL . S0 (gw, before the
+// factor gL). A unit's sums are its panels' added in panel order (add_column_sums), whoever
+// computed them.
+struct ColumnSums {
+    float *dqkg, *dkl, *dpm, *dbeta;
+    double *wterm;
+};
+// A ColumnSums of chunks up to C tokens laid out in `floats` (column_sums_floats of them).
+int64_t column_sums_floats(int64_t C, int64_t Sk, int64_t gw);
+ColumnSums column_sums_at(float *floats, int64_t C, int64_t Sk);
+// The unit's sums in w (dqkg, dkl, dpm, dbeta_dots, wterm).
+ColumnSums unit_totals(BackwardWork &w);
+// into += from (L tokens); copy: into = from. The same adds whichever schedule calls them.
+void add_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from, const ColumnSums &into);
+void copy_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from, const ColumnSums &into);
+
+// A unit's backward over chunk [t0, t0 + L) in three parts (the formulas in chunk_backward.cpp):
+//   prepare_backward_unit   its gates, P and M (the key side every panel reads; KDA's gate
+//                           factors e as the forward pass kept them, nullptr: from the g rows);
+//   backward_columns_chunk  the gradients of whole panels of its value columns: all of them, or
+//                           one (the call narrowed to them: window), from their entry state s0
+//                           and their Z (L rows of the window's width, nullptr: solved again):
+//                           dsl = dL/dS_L in, ds0 = dL/dS0 out (states in panels of `panel`
+//                           columns, StatePanels), their dv rows written, and their ColumnSums
+//                           into `sums`, panel by panel, each panel's products adding to the
+//                           panels' before (the bits of add_column_sums, without a pass of its
+//                           own); with `accumulate` the first panel's too;
+//   finish_backward_unit    from the unit's ColumnSums in w (unit_totals): the dg and dbeta rows,
+//                           and the pieces of the group's dq, dk.
+// The group's Q, K rows (and GDA's gram) are loaded in w.chunk. The pieces point into w (valid
+// until its next call). Between its steps each part issues a share of w.coming_rows
+// (PacedPrefetch): unit_chunk_steps(panels) in all (0 panels: prepare and finish alone).
+void prepare_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *e,
+                           BackwardWork &w);
+void backward_columns_chunk(const BackwardWindow &window, int64_t panel, ChunkUnit unit, int64_t t0, int64_t L,
+                            const float *s0, const float *z, const float *dsl, float *ds0, const ColumnSums &sums,
+                            bool accumulate, BackwardWork &w);
+UnitPieces finish_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, BackwardWork &w);
+constexpr int unit_chunk_steps(int64_t panels) { return 3 + (panels > 0 ? 4 + 3 * static_cast<int>(panels) : 0); }
 
 // The group's accumulators w.dq, w.dk (GDA: w.gp, w.gm) set to zero for a chunk of L tokens.
 void start_group_chunk(int64_t L, BackwardWork &w);

@@ -89,8 +89,10 @@ void ChunkScratch::product(int64_t m, int64_t n, int64_t k, float alpha, const G
     else product(m, n, k, alpha, a.a, b, c_scale, c, ldc, a.scales);
 }
 
-void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w) {
-    if (w.bf16) return w.product(m, L, n, 1.0f, rows(a, n), transposed(b, n), false, c, L);
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, int64_t ld, float *c,
+                        ChunkScratch &w, bool accumulate) {
+    const float c_scale = accumulate ? 1.0f : 0.0f;
+    if (w.bf16) return w.product(m, L, n, 1.0f, rows(a, ld), transposed(b, ld), c_scale, c, L);
     // Blocks of whole kernel panels, at least 32 columns: 3/4 of the full product's work at
     // L = 64, the full product at L = 32 (on AVX2, blocks of one 16-column panel there measured
     // 0.96-1.10 of the time: no gain). The first block is one product over all m rows (its
@@ -99,14 +101,19 @@ void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const f
     const int64_t block = std::max<int64_t>(32, gemm_panel_width());
     for (int64_t c0 = 0; c0 < L; c0 += block) {
         const int64_t cols = std::min(block, L - c0);
-        const Mat bt = transposed(b + c0 * n, n);
+        const Mat bt = transposed(b + c0 * ld, ld);
         if (c0 == 0) {
-            gemm(m, cols, n, 1.0f, rows(a, n), bt, false, c, L, w.pack.data());
+            gemm(m, cols, n, 1.0f, rows(a, ld), bt, c_scale, c, L, w.pack.data());
             continue;
         }
         for (int64_t top = 0; top < m; top += L)
-            gemm(L - c0, cols, n, 1.0f, rows(a + (top + c0) * n, n), bt, false, c + (top + c0) * L + c0, L, w.pack.data());
+            gemm(L - c0, cols, n, 1.0f, rows(a + (top + c0) * ld, ld), bt, c_scale, c + (top + c0) * L + c0, L,
+                 w.pack.data());
     }
+}
+
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w) {
+    lower_product_rows(L, m, n, a, b, n, c, w, false);
 }
 
 void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w) {

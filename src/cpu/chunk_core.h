@@ -177,6 +177,11 @@ void lower_product(int64_t L, int64_t n, const float *a, const float *b, float *
 // triangle (as lower_product writes it) of its rows of a times b^T, e.g. [P; M] = [Qg; Kg] Kinv^T;
 // for L <= 32 one product, so b's panel is packed once.
 void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, float *c, ChunkScratch &w);
+// The same for a and b with rows ld floats apart (n of them read), and with accumulate, c += the
+// products instead (the upper parts of the diagonal blocks then hold sums of what each call left
+// there).
+void lower_product_rows(int64_t L, int64_t m, int64_t n, const float *a, const float *b, int64_t ld, float *c,
+                        ChunkScratch &w, bool accumulate);
 
 // GDA: the gram of the loaded rows into out (2L x L): Q K^T then K K^T, their lower triangles
 // (lower_product); without Q only the K K^T half (rows L .. 2L-1).

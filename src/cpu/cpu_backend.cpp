@@ -187,11 +187,16 @@ public:
         for (const WorkItem &item : items_)
             widest_layout = BackwardLayout::widest(
                 widest_layout, cpu::backward_layout(calls[item.call]->dims, plans_[plan_index(item)], max_chunk));
-        // One unpacked call whose groups would leave workers idle runs split over its units;
-        // packed sequences keep (sequence, group) items, which already fill the workers.
-        // Otherwise the last groups of one unpacked call run as a tail (backward_tail_groups).
+        // One unpacked call whose groups would leave workers idle runs split over its units, or
+        // its units' panels of value columns (backward_items); packed sequences keep (sequence,
+        // group) items, which already fill the workers. Otherwise the last groups of one
+        // unpacked call run as a tail (backward_tail_groups).
         const int64_t groups = static_cast<int64_t>(items_.size());
-        const bool split = packed.dims.N == 0 && cpu::split_backward_units(groups, cpu::units_of(widest), threads);
+        const cpu::BackwardItems work_items =
+            packed.dims.N == 0 ? cpu::backward_items(groups, cpu::units_of(widest),
+                                                     cpu::BackwardPanels::of(widest.Sv).count, threads)
+                               : cpu::BackwardItems::Groups;
+        const bool split = work_items != cpu::BackwardItems::Groups;
         const int64_t tail = packed.dims.N == 0 && !split ? cpu::backward_tail_groups(groups, threads) : 0;
         backward_.resize(threads);
         group_backward_.resize(split ? groups : threads + tail);
@@ -201,14 +206,14 @@ public:
             workspace_ += w.bytes();
         }
         for (auto &g : group_backward_) {
-            g.resize(widest, max_chunk, widest_layout, split);
+            g.resize(widest, max_chunk, widest_layout, work_items);
             workspace_ += g.bytes();
         }
         const cpu::GroupPlans plans = [&](int64_t group) -> const std::vector<int64_t> & {
             return plans_[plan_of_item_[group]];
         };
         if (split) {
-            cpu::backward_in_rounds(pool_, *calls.front(), plans, group_backward_, backward_);
+            cpu::backward_in_rounds(pool_, *calls.front(), plans, work_items, group_backward_, backward_);
             return {};
         }
         if (tail > 0) {
@@ -281,7 +286,7 @@ public:
         const int64_t max_chunk = chunk_length(d, true);
         s.plan_groups(d, *a.g, max_chunk, begin, end);
         s.backward.resize(d, max_chunk);
-        s.group_backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk), false);
+        s.group_backward.resize(d, max_chunk, widest_layout_of(s.plans, d, max_chunk), cpu::BackwardItems::Groups);
         for (int64_t group = begin; group < end; ++group)
             cpu::backward_group(a, group / d.Hk, group % d.Hk, s.plan_of(group), s.group_backward, s.backward);
         return {};

@@ -177,6 +177,43 @@ TEST(CpuDeterminism, BackwardSplitOverUnitsSameBitsForEveryThreadCount) {
             }
 }
 
+TEST(CpuSchedule, BackwardSplitsPanelsOnlyWhereUnitsLeaveWorkersIdle) {
+    using gdn::cpu::backward_items;
+    using Items = gdn::cpu::BackwardItems;
+    // The 27B shape at B = 1: 16 groups of 3 units, 2 panels of 64 columns each.
+    EXPECT_EQ(backward_items(16, 3, 2, 2), Items::Groups);
+    EXPECT_EQ(backward_items(16, 3, 2, 32), Items::Units);
+    EXPECT_EQ(backward_items(16, 3, 2, 64), Items::Units);  // 96 panels would take two rounds of half a unit
+    EXPECT_EQ(backward_items(16, 3, 2, 96), Items::Panels);
+    EXPECT_EQ(backward_items(16, 3, 2, 192), Items::Panels);
+    EXPECT_EQ(backward_items(16, 3, 1, 192), Items::Units);  // one panel: nothing to cut
+    EXPECT_EQ(backward_items(1, 1, 2, 2), Items::Panels);    // one unit on two cores
+    EXPECT_EQ(gdn::cpu::BackwardPanels::of(128).count, 2);
+    EXPECT_EQ(gdn::cpu::BackwardPanels::of(192).count, 3);
+    EXPECT_EQ(gdn::cpu::BackwardPanels::of(64).count, 1);
+    EXPECT_EQ(gdn::cpu::BackwardPanels::of(96).count, 1);  // 64 does not divide it: one panel
+}
+
+TEST(CpuDeterminism, BackwardSplitOverPanelsSameBitsForEveryThreadCount) {
+    // One key head read by 2 value heads, B = 1: 1 thread runs the group whole, 2 and 3 its 2
+    // units split, 4 and more each unit's panels of 64 value columns (Sv = 128: 2 panels; 192:
+    // 3), finished from their sums in a step of their own. Every gradient, ds0 included, with
+    // K = 3 snapshots and their d_states; chunk 16 keeps Z and replays segments of 2 chunks.
+    for (int64_t Sv : {128, 192})
+        for (bool kda : {false, true})
+            for (int chunk : {0, 16})
+                for (StateLayout layout : {StateLayout::KeyMajor, StateLayout::ValueMajor}) {
+                    if (layout == StateLayout::ValueMajor && (chunk != 0 || Sv != 128)) continue;
+                    Case c = shape_case(Op::Backward, kda, Gate::Mild, {32, Sv, 1, 2, 150, 1, 1, 3});
+                    c.state_layout = layout;
+                    SCOPED_TRACE(c.label() + " chunk_size=" + std::to_string(chunk));
+                    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+                    const auto first = outputs_of(c, inputs, 1, chunk);
+                    for (int threads : {2, 3, 4, 6, 7})
+                        EXPECT_TRUE(bitwise_equal(first, outputs_of(c, inputs, threads, chunk))) << threads;
+                }
+}
+
 TEST(CpuDeterminism, BackwardTailSameBitsForEveryThreadCount) {
     // 7 key heads = 7 groups of 2 value heads: 2, 3 and 4 threads do not divide them, so the last
     // 2, 3, 4 groups run as a tail (forward passes unit by unit, then the reverse walks); 7 threads
