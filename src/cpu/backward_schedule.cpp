@@ -36,7 +36,7 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
         }
     };
     // Items weigh their tokens (the pool runs the heaviest first). First the forward pass per unit
-    // (panel) and the last round's grams per chunk; then per round the units' (panels') steps,
+    // (panel) and round 0's grams per chunk; then per round the units' (panels') steps,
     // split by panels the units' finishes per chunk, and per chunk the groups' reductions beside
     // the grams of their next round.
     chunk_items.clear();

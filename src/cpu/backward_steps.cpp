@@ -2,7 +2,6 @@
 // and replay of the states, the reverse walk over chunks, and where each unit's pieces of the
 // group's dq, dk go (straight into the accumulators, or into the unit's slot for the reduction).
 #include <algorithm>
-#include <numeric>
 
 #include "cpu/chunk_backward.h"
 #include "cpu/chunk_vector.h"
@@ -69,9 +68,9 @@ float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoin
 // Unit u's kept rows of chunk ci: the Z of its panels `r` (L rows of their columns; units x
 // tokens x Sv, each unit's range of panels after the ranges before it, so that the whole range
 // keeps rows of Sv and a single panel rows of its own: the forward pass and the reverse walk of
-// one call take the same ranges) or KDA's e (L x Sk); nullptr where none are kept. The last
-// chunk's are not: the forward pass would prepare that chunk only to solve it, and the reverse
-// walk prepares it anyway.
+// one call take the same ranges); nullptr where none are kept. The last chunk's are not: the
+// forward pass would prepare that chunk only to solve it, and the reverse walk prepares it
+// anyway. kept_e_of: KDA's e of chunk ci (L x Sk), the same way.
 float *kept_z_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, PanelRange r, int64_t ci) {
     if (g.kept_z.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
     const int64_t width = (r.end - r.begin) * g.panels.width;
@@ -206,8 +205,8 @@ void replay_segment(const BackwardArgs &a, int64_t bq, int64_t kh, const std::ve
 // Unit u's backward over chunk ci, chunk j of segment seg and `slot` of its round, its panels
 // `panels` (the group's rows and gram loaded): carries dL/dS from the chunk's end to its start, adding the chunk end's d_states.
 // With every panel, the unit's sums are added up here (each panel's products accumulating into
-// the totals) and the unit finished: returns its pieces. With some, each panel's sums go to
-// its slot (sums_slot) for backward_finish_round to add in the same order, and no pieces. While
+// the totals) and the unit finished: returns its pieces. With one (of several), its sums go to
+// its slot (sums_slot) for backward_finish_chunk to add in the same order, and no pieces. While
 // it runs, the rows of the chunk before that the walk reads next are asked for: the unit's, and
 // with group_rows (the first unit of the chunk's walk) the group's Q and K rows first.
 UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, int64_t ci,
@@ -222,7 +221,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     const bool prev_gates_kept = ci > 0 && gates_kept(g, ends, u, ci - 1);
     const BackwardWindow win(a, columns_of(g, panels));
     // The unit's rows of the chunk before (the next this walk reads), over this chunk's steps.
-    w.coming_rows.start(unit_chunk_steps(panels.end - panels.begin));
+    w.coming_rows.start(unit_chunk_steps(panels.end - panels.begin) - (whole ? 0 : kFinishSteps));
     if (group_rows) {
         w.coming_rows.add_rows(a.q, kh, prev_start, t0, bq, d.Sk, Pages::Read);
         w.coming_rows.add_rows(a.k, kh, prev_start, t0, bq, d.Sk, Pages::Read);
@@ -240,7 +239,7 @@ UnitPieces unit_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::
     }
     prepare_backward_unit(a, unit, t0, L, kept_e, w);
     backward_columns_chunk(win, g.panels.width, unit, t0, L, entry(g, u, seg, j) + at, kept_z, dsl, ds0,
-                           whole ? unit_totals(w) : sums_slot(g, u, panels.begin, slot), false, w);
+                           whole ? unit_totals(w) : sums_slot(g, u, panels.begin, slot), w);
     UnitPieces pieces;
     if (whole) pieces = finish_backward_unit(a, unit, t0, L, w);
     w.coming_rows.finish();

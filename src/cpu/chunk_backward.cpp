@@ -10,7 +10,7 @@
 // (Dm = A diag(beta) R gives dA = dDm (beta o R)^T, dLmat = -A^T dA A^T = -Y Dm^T, dM = diag(beta) dLmat.)
 // Every line but dQg, dKg, dKl, dP, dM, dbeta and the gL term is column-local (a column of dV or
 // dS0 reads the same column of the others); those sum over value columns, and are taken per
-// panel of columns (backward_panel_chunk) and added in panel order (ColumnSums).
+// panel of columns (backward_columns_chunk) and added in panel order (ColumnSums).
 // The gate gradient is assembled per token: every exp(gam_r - gam_s) factor (pairs s < r inside
 // the chunk, and (L, r) for Kl) contributes to dg_t only for s < t <= r, every exp(gam_r) factor
 // (Qg, Kg) to dg_t for t <= r, and gL to every t. The pairs crossing t are added up in double, as
@@ -130,7 +130,7 @@ ColumnSums unit_totals(BackwardWork &w) {
     return {w.dqkg.data(), w.dkl.data(), w.dpm.data(), w.dbeta_dots.data(), w.wterm.data()};
 }
 
-[[gnu::noinline]] void add_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from,
+void add_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from,
                                        const ColumnSums &into) {
     axpy(1.0f, from.dqkg, into.dqkg, 2 * L * Sk);
     axpy(1.0f, from.dkl, into.dkl, L * Sk);
@@ -155,7 +155,7 @@ void prepare_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, in
 
 void backward_columns_chunk(const BackwardWindow &p, int64_t panel, ChunkUnit unit, int64_t t0, int64_t L,
                             const float *s0, const float *z, const float *dsl, float *ds0, const ColumnSums &sums,
-                            bool accumulate, BackwardWork &w) {
+                            BackwardWork &w) {
     const Dims &d = p.dims;
     ChunkScratch &c = w.chunk;
     const int64_t Sk = d.Sk, Sv = d.Sv, gw = d.gate_width;
@@ -172,7 +172,7 @@ void backward_columns_chunk(const BackwardWindow &p, int64_t panel, ChunkUnit un
         const int64_t at = state.first_of(j0);
         if (kda) row_dots_f64(Sk, panel, dsl + at, s0 + at, part);
         else part[0] = dot_f64(dsl + at, s0 + at, Sk * panel);
-        const bool add = accumulate || j0 > 0;
+        const bool add = j0 > 0;
         for (int64_t ch = 0; ch < gw; ++ch) sums.wterm[ch] = add ? sums.wterm[ch] + part[ch] : part[ch];
     }
     const float *Z = chunk_deltas(*p.v_ptr, d, unit, t0, L, s0, z, c);
@@ -209,13 +209,14 @@ void backward_columns_chunk(const BackwardWindow &p, int64_t panel, ChunkUnit un
     w.coming_rows.step();
     // The sums over value columns, panel by panel, each panel's products adding to the panels'
     // before it as the kernels end every product (C + the product's sums: the bits of
-    // add_column_sums): [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T
+    // add_column_sums, as long as these products take alpha = 1 and no row factors, which would
+    // scale the sums before they are added): [dQg; dKg] = [dOc; nby] S0^T;  dKl = Dm dSL^T;  [dP; dM] = [dOc; nby] Dm^T
     // (lower triangles; zeros above them: lower_product_rows leaves the diagonal blocks' upper
     // parts, and writes nothing above them; dP keeps its diagonal, dM's is zero too);
     // dbeta_r = Y_r . Z_r (Z = R - M Dm).
     for (int64_t j0 = 0; j0 < Sv; j0 += panel) {
         const int64_t at = state.first_of(j0);
-        const bool add = accumulate || j0 > 0;
+        const bool add = j0 > 0;
         c.product(2 * L, Sk, panel, 1.0f, rows(w.doy.data() + j0, Sv), transposed(s0 + at, panel), add, sums.dqkg, Sk);
         c.product(L, Sk, panel, 1.0f, rows(Dm + j0, Sv), transposed(dsl + at, panel), add, sums.dkl, Sk);
         lower_product_rows(L, 2 * L, panel, w.doy.data() + j0, Dm + j0, Sv, sums.dpm, c, add);
@@ -297,7 +298,7 @@ void start_group_chunk(int64_t L, BackwardWork &w) {
     }
 }
 
-// Not inlined: both schedules run this one body, so no call site can compile the sums
+// Not inlined: every schedule runs this one body, so no call site can compile the sums
 // differently (contracting a product and a sum into an FMA at one site but not the other).
 [[gnu::noinline]] void add_unit_share(int64_t L, const UnitPieces &p, BackwardWork &w) {
     ChunkScratch &c = w.chunk;

@@ -35,7 +35,8 @@ int64_t column_sums_floats(int64_t C, int64_t Sk, int64_t gw);
 ColumnSums column_sums_at(float *floats, int64_t C, int64_t Sk);
 // The unit's sums in w (dqkg, dkl, dpm, dbeta_dots, wterm).
 ColumnSums unit_totals(BackwardWork &w);
-// into += from (L tokens); copy: into = from. The same adds whichever schedule calls them.
+// into += from (L tokens); copy: into = from: a split by panels adds its panels' sums so, with
+// the bits of the products that accumulate them on one worker (backward_columns_chunk).
 void add_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from, const ColumnSums &into);
 void copy_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from, const ColumnSums &into);
 
@@ -49,19 +50,23 @@ void copy_column_sums(int64_t L, int64_t Sk, int64_t gw, const ColumnSums &from,
 //                           columns, StatePanels), their dv rows written, and their ColumnSums
 //                           into `sums`, panel by panel, each panel's products adding to the
 //                           panels' before (the bits of add_column_sums, without a pass of its
-//                           own); with `accumulate` the first panel's too;
+//                           own);
 //   finish_backward_unit    from the unit's ColumnSums in w (unit_totals): the dg and dbeta rows,
 //                           and the pieces of the group's dq, dk.
 // The group's Q, K rows (and GDA's gram) are loaded in w.chunk. The pieces point into w (valid
 // until its next call). Between its steps each part issues a share of w.coming_rows
-// (PacedPrefetch): unit_chunk_steps(panels) in all (0 panels: prepare and finish alone).
+// (PacedPrefetch): unit_chunk_steps(panels) in all (0 panels: prepare and finish alone; less
+// kFinishSteps without the finish).
 void prepare_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, const float *e,
                            BackwardWork &w);
 void backward_columns_chunk(const BackwardWindow &window, int64_t panel, ChunkUnit unit, int64_t t0, int64_t L,
                             const float *s0, const float *z, const float *dsl, float *ds0, const ColumnSums &sums,
-                            bool accumulate, BackwardWork &w);
+                            BackwardWork &w);
 UnitPieces finish_backward_unit(const BackwardArgs &a, ChunkUnit unit, int64_t t0, int64_t L, BackwardWork &w);
-constexpr int unit_chunk_steps(int64_t panels) { return 3 + (panels > 0 ? 4 + 3 * static_cast<int>(panels) : 0); }
+constexpr int kFinishSteps = 2;
+constexpr int unit_chunk_steps(int64_t panels) {
+    return 1 + kFinishSteps + (panels > 0 ? 4 + 3 * static_cast<int>(panels) : 0);
+}
 
 // The group's accumulators w.dq, w.dk (GDA: w.gp, w.gm) set to zero for a chunk of L tokens.
 void start_group_chunk(int64_t L, BackwardWork &w);

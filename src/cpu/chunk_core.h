@@ -33,8 +33,9 @@ namespace gdn::cpu {
 
 // A state S (Sk x Sv) as the chunk math keeps it: in column panels of `panel` columns, each an
 // Sk x panel row-major block, the blocks one after another: S[i][j] at
-// (j / panel) * Sk * panel + i * panel + j % panel. panel = Sv is plain row-major (the backward's
-// states); the forward keeps its running states in panels of the GEMM kernel's widest tile
+// (j / panel) * Sk * panel + i * panel + j % panel. panel = Sv is plain row-major. The backward
+// keeps its states in its panels of value columns (BackwardPanels: 64 columns, or Sv). The
+// forward keeps its running states in panels of the GEMM kernel's widest tile
 // (gemm_wide_panel_width: 16 columns on AVX2, 64 on AVX-512), the layout a product reads B in
 // without packing it, so that S0 is not copied into panels for [Qg; Kg] S0 every chunk, and the
 // update writes whole tile rows of a panel.
@@ -65,7 +66,7 @@ struct ChunkScratch {
     int64_t Sk = 0, Sv = 0, gw = 1, C = 0;
     bool kda = false;
     // The panels of the states chunk_deltas and advance_state read and write (resize: Sv,
-    // row-major; the forward sets forward_state_panel).
+    // row-major; the forward sets forward_state_panel, the backward its BackwardPanels' width).
     int64_t state_panel = 0;
 
     // The group's chunk: Q rows then K rows (2L x Sk); GDA: Q K^T then K K^T (2L x L, read on and

@@ -62,7 +62,7 @@ struct BackwardLayout {
 //   these steps:
 //     backward_checkpoints     (unit)   the forward pass: the unit's state at every segment start,
 //                              (panel)  and (when kept) the chunks' prediction errors Z
-//     backward_gram   (group, chunk)  GDA: [Q; K] K^T of the last round's chunks
+//     backward_gram   (group, chunk)  GDA: [Q; K] K^T of round 0's chunks (the last ones)
 //     then per round (a run of segments), last to first:
 //       backward_unit_round   (unit)   replay each segment, walk its chunks backwards: the unit's
 //                                      own gradients, and its pieces copied into its slot;
@@ -72,8 +72,8 @@ struct BackwardLayout {
 //       backward_reduce_chunk (group, chunk)  the slots' pieces added in unit order (the same
 //                                      function on copies of the same operands), the group
 //                                      products (GDA), dq, dk rows written
-//       backward_gram   (group, chunk)  beside them, the grams of the round before (read by
-//                                      every unit step of that round)
+//       backward_gram   (group, chunk)  beside them, the grams of the next round (the chunks
+//                                      before; read by its unit steps and finishes)
 // The forward pass keeps every chunk's Z but the last's (chunk_core.h: Dm = diag(beta) Z) where a
 // chunk's Z is no larger than a state (C <= Sk; so the workspace stays within two states per
 // chunk), and the replay and the reverse walk take Dm from it instead of solving again (V - Kg S0
@@ -118,10 +118,11 @@ struct BackwardWork {
 enum class BackwardItems { Groups, Units, Panels };
 
 // What a group's backward keeps between its steps. Sized for the widest call and layout; the
-// split schedules (one per group) also keep a segment's grams and every unit's pieces per chunk
-// of the segment, and split by panels every panel's ColumnSums per chunk; the group schedule
+// split schedules (one per group) also keep a round's grams and every unit's pieces per chunk
+// of the round, and split by panels every panel's ColumnSums per chunk; the group schedule
 // (one per worker, and one per tail group) none of these. A unit's states are in its panels
-// (BackwardPanels: Sk x width blocks), its kept Z panel after panel.
+// (BackwardPanels: Sk x width blocks); its kept Z in rows of Sv, or split by panels panel after
+// panel.
 // The split schedules run a round's segments (segments_per_round of them, about kRoundChunks
 // chunks) between two waits for all workers: a round of one chunk would wait once per 64 tokens.
 constexpr int64_t kRoundChunks = 4;
@@ -180,7 +181,7 @@ void backward_reduce_chunk(const BackwardArgs &a, int64_t bq, int64_t kh, const 
 // The group schedule: the whole backward of one group on one worker, backward_checkpoints over
 // all its units and then backward_reverse_walk. The two may run apart (backward_schedule.h: a
 // call's last groups take their forward pass unit by unit on any worker, then the walk), the
-// walk after every unit's checkpoints, on a GroupBackward sized with split = false.
+// walk after every unit's checkpoints, on a GroupBackward sized with BackwardItems::Groups.
 void backward_reverse_walk(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends,
                            GroupBackward &g, BackwardWork &w);
 void backward_group(const BackwardArgs &a, int64_t bq, int64_t kh, const std::vector<int64_t> &ends, GroupBackward &g,

@@ -195,9 +195,10 @@ TEST(CpuSchedule, BackwardSplitsPanelsOnlyWhereUnitsLeaveWorkersIdle) {
 }
 
 TEST(CpuDeterminism, BackwardSplitOverPanelsSameBitsForEveryThreadCount) {
-    // One key head read by 2 value heads, B = 1: 1 thread runs the group whole, 2 and 3 its 2
+    // One key head read by 2 value heads, B = 1: 1 thread runs the group whole, 2 threads its 2
     // units split, 4 and more each unit's panels of 64 value columns (Sv = 128: 2 panels; 192:
-    // 3), finished from their sums in a step of their own. Every gradient, ds0 included, with
+    // 3; and 3 threads split 192 into panels, 128 into units), finished from their sums in a
+    // step of their own. Every gradient, ds0 included, with
     // K = 3 snapshots and their d_states; chunk 16 keeps Z and replays segments of 2 chunks.
     for (int64_t Sv : {128, 192})
         for (bool kda : {false, true})
