@@ -58,6 +58,17 @@ double makespan(const std::vector<double> &items, int threads, std::vector<doubl
     return *std::max_element(busy.begin(), busy.end());
 }
 
+double sum(const std::vector<double> &v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return t;
+}
+double sum(const std::vector<std::vector<double>> &v) {
+    double t = 0;
+    for (const auto &r : v) t += sum(r);
+    return t;
+}
+
 struct Measured {
     std::vector<double> group;                           // per group: backward_group (the group schedule)
     std::vector<double> walk;                            // per group: the reverse walk part of it
@@ -71,16 +82,6 @@ struct Measured {
         return sum(gram) + sum(checkpoints) + sum(units) + sum(reduce);
     }
     double panels_total() const { return sum(gram) + sum(panel_checkpoints) + sum(panels) + sum(finish) + sum(reduce); }
-    static double sum(const std::vector<double> &v) {
-        double t = 0;
-        for (double x : v) t += x;
-        return t;
-    }
-    static double sum(const std::vector<std::vector<double>> &v) {
-        double t = 0;
-        for (const auto &r : v) t += sum(r);
-        return t;
-    }
 };
 
 struct Setup {
@@ -168,7 +169,6 @@ struct Modelled {
     double makespan, balance;
 };
 
-double sum(const std::vector<double> &v) { return Measured::sum(v); }
 
 Modelled group_schedule(const Measured &m, int threads) {
     std::vector<double> busy;
@@ -289,7 +289,7 @@ int main(int argc, char **argv) {
         for (double x : m.reduce[r]) reduce_total += x;
     }
     std::printf("one thread, group schedule: %.1f ms (backward_group of every group)\n", 1e3 * sum(m.group));
-    std::printf("one thread, split steps: %.1f ms = forward pass %.1f + last segment's grams %.1f + unit steps %.1f + reductions "
+    std::printf("one thread, split steps: %.1f ms = forward pass %.1f + round 0's grams %.1f + unit steps %.1f + reductions "
                 "(and the next grams) %.1f\n",
                 1e3 * m.total(), 1e3 * cp_total, 1e3 * gram_total, 1e3 * units_total, 1e3 * reduce_total);
     std::printf("per unit and round %.3f ms, per group and round reductions %.3f ms (means, %lld rounds)\n",
@@ -297,8 +297,8 @@ int main(int argc, char **argv) {
                 (long long)s.rounds);
     std::printf("split by %lld panels: forward pass %.1f ms, panel steps %.1f, finishes %.1f (all steps %.1f ms, "
                 "%.3f of the split's)\n\n",
-                (long long)s.panels, 1e3 * Measured::sum(m.panel_checkpoints), 1e3 * Measured::sum(m.panels),
-                1e3 * Measured::sum(m.finish), 1e3 * m.panels_total(), m.panels_total() / m.total());
+                (long long)s.panels, 1e3 * sum(m.panel_checkpoints), 1e3 * sum(m.panels),
+                1e3 * sum(m.finish), 1e3 * m.panels_total(), m.panels_total() / m.total());
 
     const double one = sum(m.group);  // speedups are over the group schedule on one thread
     std::printf("| threads | group: ms | speedup | balance | tail: ms | speedup | balance | split: ms | speedup | balance "

@@ -39,7 +39,6 @@ void backward_in_rounds(ThreadPool &pool, const BackwardArgs &a, const GroupPlan
     // (panel) and round 0's grams per chunk; then per round the units' (panels') steps,
     // split by panels the units' finishes per chunk, and per chunk the groups' reductions beside
     // the grams of their next round.
-    chunk_items.clear();
     weights.assign(groups * per_group, d.T);
     for (int64_t g = 0; g < groups; ++g) add_chunks(g, 0);
     pool.run_weighted(weights, [&](int64_t i, int worker) {

@@ -71,13 +71,16 @@ float *checkpoint(GroupBackward &g, int64_t u, int64_t seg) { return g.checkpoin
 // one call take the same ranges); nullptr where none are kept. The last chunk's are not: the
 // forward pass would prepare that chunk only to solve it, and the reverse walk prepares it
 // anyway. kept_e_of: KDA's e of chunk ci (L x Sk), the same way.
+bool kept(const AlignedVector<float> &rows, const std::vector<int64_t> &ends, int64_t ci) {
+    return !rows.empty() && ci + 1 != static_cast<int64_t>(ends.size());
+}
 float *kept_z_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, PanelRange r, int64_t ci) {
-    if (g.kept_z.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
+    if (!kept(g.kept_z, ends, ci)) return nullptr;
     const int64_t width = (r.end - r.begin) * g.panels.width;
     return g.kept_z.data() + u * g.tokens * g.Sv + r.begin * g.panels.width * g.tokens + start_of(ends, ci) * width;
 }
 float *kept_e_of(GroupBackward &g, const std::vector<int64_t> &ends, int64_t u, int64_t ci) {
-    if (g.kept_e.empty() || ci + 1 == static_cast<int64_t>(ends.size())) return nullptr;
+    if (!kept(g.kept_e, ends, ci)) return nullptr;
     return g.kept_e.data() + (u * g.tokens + start_of(ends, ci)) * g.Sk;
 }
 // Whether chunk ci's gates will be taken from a kept e (prepare_unit_chunk does for L > 1), so
