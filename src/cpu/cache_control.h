@@ -8,8 +8,24 @@
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
+#if defined(__unix__)
+#include <unistd.h>
+#endif
 
 namespace gdn::cpu {
+
+// The size of one core's L2 as the host reports it, 512 KiB where it does not (the smallest of
+// the hosts measured: AMD Zen 3).
+inline int64_t l2_cache_bytes() {
+    static const int64_t bytes = [] {
+        long reported = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+        reported = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+        return reported > 0 ? int64_t(reported) : int64_t(512) << 10;
+    }();
+    return bytes;
+}
 
 // Every cache line of [p, p + bytes): a row that does not start on a line boundary (malloc
 // aligns to 16 bytes, not 64) can span one line more than its length in lines, and reading that

@@ -21,23 +21,34 @@ inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
     return {bq * d.sequences_per_qk_sequence() + u / per_kh, d.value_head_of(kh, u % per_kh)};
 }
 
+// The most groups (neighbouring key heads of one q/k sequence) a forward work item takes.
+constexpr int64_t kMaxForwardGroups = 4;
+
+// Key heads [begin, end) of a q/k sequence.
+struct KeyHeads {
+    int64_t begin, end;
+};
+
 struct ForwardWork {
     ChunkScratch chunk;
-    AlignedVector<float> states;  // units x Sk x Sv: the running states
-    ChunkPlanner planner;
-    AlignedVector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums the planner kept
+    AlignedVector<float> states;  // groups x units x Sk x Sv: the running states
+    std::vector<ChunkPlanner> planners;  // one per group of an item
+    AlignedVector<double> planned_gam;  // KDA: groups x units x C x gw, the chunk's prefix sums the planners kept
     PacedPrefetch next_rows;           // the next chunk's token rows, asked for over this one's steps
-    void resize(const Dims &d, int64_t max_chunk);
+    // For items of up to `groups` groups (forward_group's heads).
+    void resize(const Dims &d, int64_t max_chunk, int64_t groups = 1);
     uint64_t bytes() const;
 };
 
-// Units [unit_begin, unit_end) of the group (all of them, or a slice where whole groups would
+// The groups of key heads `heads` of q/k sequence bq (one, or several going chunk by chunk in
+// turn: forward_groups_per_item in cpu/forward_schedule.h; each group's arithmetic is the same
+// either way): units [unit_begin, unit_end) of each group (all of them, or a slice where whole groups would
 // leave threads waiting, cpu/forward_schedule.h: the units of a forward are independent, and each
 // slice computes the group's Q K^T, K K^T itself, so the bits do not depend on the slicing), and
 // of each unit the value columns `columns` (all of them, or a block where even single units
 // would leave threads waiting: cpu/value_columns.h, the same bits again). Chunks of at most
 // max_chunk tokens, cut where plan_chunks cuts them, planned as the forward goes.
-void forward_group(const ForwardArgs &call, int64_t bq, int64_t kh, int64_t max_chunk, int64_t unit_begin,
+void forward_group(const ForwardArgs &call, int64_t bq, KeyHeads heads, int64_t max_chunk, int64_t unit_begin,
                    int64_t unit_end, ColumnRange columns, ForwardWork &w);
 
 // The backward stores the entry state of the first chunk of every segment of `chunks_per_segment`

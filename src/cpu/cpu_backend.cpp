@@ -36,6 +36,7 @@
 #include "core/tensor.h"
 #include "core/validate.h"
 #include "cpu/backward_schedule.h"
+#include "cpu/cache_control.h"
 #include "cpu/chunk_drivers.h"
 #include "cpu/chunk_plan.h"
 #include "cpu/forward_schedule.h"
@@ -93,19 +94,26 @@ public:
         const cpu::ForwardSplit split = cpu::forward_split(chunk_groups, units, threads, calls.size() == 1);
         const int64_t Sv = widest.Sv, quantum = cpu::gemm_panel_width();
         const int64_t blocks = cpu::forward_column_blocks(split, chunk_groups, units, Sv, quantum, threads);
+        // Whole groups several to an item where that keeps the workers as busy (a single call:
+        // packed sequences' items of many lengths fill the gaps better one group each).
+        const int64_t group_state_bytes = units * widest.Sk * widest.Sv * int64_t(sizeof(float));
+        const int64_t grouped = calls.size() == 1 ? cpu::forward_groups_per_item(split, chunk_groups, widest.Hk, blocks,
+                                                                                 threads, group_state_bytes,
+                                                                                 cpu::l2_cache_bytes())
+                                                  : 1;
         items_.clear();
         for (size_t c = 0; c < calls.size(); ++c) {
             const Dims &d = calls[c]->dims;
             if (per_token(d, per_token_max_tokens_forward)) {
                 for (int64_t unit = 0; unit < d.B * d.Hv; ++unit) items_.push_back({c, unit, -1, 0, 1, {0, Sv}, d.T});
             } else {
-                for (int64_t group = 0; group < d.Bq * d.Hk; ++group) {
+                for (int64_t group = 0; group < d.Bq * d.Hk; group += grouped) {
                     const int64_t slices = group >= split.first_group ? split.slices : 1;
                     for (int64_t slice = 0; slice < slices; ++slice) {
                         const cpu::UnitRange r = cpu::slice_units(units, slices, slice);
                         for (int64_t block = 0; block < blocks; ++block)
                             items_.push_back({c, group, group, r.begin, r.end,
-                                              cpu::column_block(Sv, quantum, blocks, block), d.T});
+                                              cpu::column_block(Sv, quantum, blocks, block), d.T, grouped});
                     }
                 }
             }
@@ -117,7 +125,7 @@ public:
             token_forward_[w].resize(widest);
             workspace_ += token_forward_[w].bytes();
             if (chunk_groups > 0) {
-                forward_[w].resize(widest, max_chunk);
+                forward_[w].resize(widest, max_chunk, grouped);
                 workspace_ += forward_[w].bytes();
             }
         }
@@ -147,8 +155,9 @@ public:
             if (item.plan < 0) {
                 cpu::token_forward_unit(a, item.group / d.Hv, item.group % d.Hv, token_forward_[worker], next_state);
             } else {
-                cpu::forward_group(a, item.group / d.Hk, item.group % d.Hk, max_chunk, item.unit_begin, item.unit_end,
-                                   item.columns, forward_[worker]);
+                const int64_t kh = item.group % d.Hk;
+                cpu::forward_group(a, item.group / d.Hk, {kh, kh + item.groups}, max_chunk, item.unit_begin,
+                                   item.unit_end, item.columns, forward_[worker]);
             }
         };
         if (shares) pool_.run(count, run_item);
@@ -342,7 +351,7 @@ private:
         const int64_t block = item % cut.blocks, slice = item / cut.blocks % cut.slices;
         const int64_t group = item / cut.blocks / cut.slices;
         const cpu::UnitRange r = cpu::slice_units(cpu::units_of(d), cut.slices, slice);
-        cpu::forward_group(a, group / d.Hk, group % d.Hk, max_chunk, r.begin, r.end,
+        cpu::forward_group(a, group / d.Hk, {group % d.Hk, group % d.Hk + 1}, max_chunk, r.begin, r.end,
                            cpu::column_block(d.Sv, cpu::gemm_panel_width(), cut.blocks, block), w);
     }
 
@@ -371,6 +380,7 @@ private:
         int64_t group, plan, unit_begin, unit_end;
         cpu::ColumnRange columns;
         int64_t tokens;
+        int64_t groups = 1;  // a chunked forward's: groups group .. group + groups - 1 (forward_group)
     };
 
     // Weights that rank the items' costs for the longest-first schedule: tokens times units times
@@ -381,7 +391,8 @@ private:
     const std::vector<int64_t> &item_weights() {
         weights_.clear();
         for (const WorkItem &item : items_)
-            weights_.push_back((item.tokens + kItemOverheadTokens) * std::max<int64_t>(1, item.unit_end - item.unit_begin) *
+            weights_.push_back((item.tokens + kItemOverheadTokens) * item.groups *
+                               std::max<int64_t>(1, item.unit_end - item.unit_begin) *
                                std::max<int64_t>(1, item.columns.end - item.columns.begin));
         return weights_;
     }

@@ -100,4 +100,22 @@ inline int64_t forward_column_blocks(ForwardSplit split, int64_t groups, int64_t
     return best;
 }
 
+// How many neighbouring key heads each work item of whole groups takes (forward_group: they go
+// chunk by chunk in turn, so that each token's rows, which share pages across key heads, are
+// read by all of them while the pages' translations are in the TLB). The most of 4, 2 that
+// divides every q/k sequence's key heads, whose groups' running states (`group_state_bytes`
+// each) fit in the core's L2 (`l2_bytes`: they are read and written every chunk), and whose
+// items keep the workers as busy as single groups do (16 groups on 2 workers: 4 items of 4, 8
+// groups' time either way; on 8 workers pairs, 2 groups' time; on 6 workers none: pairs would
+// take 4 groups' time instead of 3); else 1. At the 27B shape on Zen 4 (2 workers) the forward
+// took 0.96 of its time with pairs, 0.95 with 4 and 0.955 with 8 (docs/PERF.md).
+inline int64_t forward_groups_per_item(ForwardSplit split, int64_t groups, int64_t Hk, int64_t blocks, int workers,
+                                       int64_t group_state_bytes, int64_t l2_bytes) {
+    if (split.first_group != groups || blocks != 1 || groups == 0) return 1;
+    const auto rounds = [&](int64_t items) { return (items + workers - 1) / workers; };
+    for (int64_t n = kMaxForwardGroups; n > 1; n /= 2)
+        if (Hk % n == 0 && n * group_state_bytes <= l2_bytes && n * rounds(groups / n) <= rounds(groups)) return n;
+    return 1;
+}
+
 }  // namespace gdn::cpu

@@ -11,6 +11,7 @@
 
 #include "case.h"
 #include "cpu/backward_schedule.h"
+#include "cpu/cache_control.h"
 #include "cpu/forward_schedule.h"
 #include "cpu/gemm.h"
 #include "metrics.h"
@@ -129,6 +130,60 @@ TEST(CpuSchedule, ForwardCutsValueColumnsOnlyWhereUnitsLeaveWorkersIdle) {
             }
             EXPECT_EQ(next, columns);
         }
+}
+
+TEST(CpuSchedule, ForwardTakesSeveralGroupsAnItemOnlyWhereWorkersStayBusy) {
+    using gdn::cpu::forward_groups_per_item;
+    using gdn::cpu::ForwardSplit;
+    // The 27B shape at B = 1: 16 groups of 3 units, whose states take 192 KiB a group.
+    constexpr int64_t state = 3 * 128 * 128 * 4, l2 = 1 << 20;
+    const ForwardSplit whole{16, 1};
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 1, state, l2), 4);
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 2, state, l2), 4);  // 4 items of 4: 8 groups' time each
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 4, state, l2), 4);
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 3, state, l2), 2);  // 8 pairs on 3: 6 groups' time, as 16 on 3
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 8, state, l2), 2);
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 6, state, l2), 1);  // pairs: 4 groups' time, not 3
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 16, state, l2), 1);
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 2, state, 512 << 10), 2);  // 4 groups' states overflow L2
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 2, state, 256 << 10), 1);
+    EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 2, 300 << 10, 1 << 30), 4);
+    EXPECT_EQ(forward_groups_per_item({15, 3}, 16, 16, 1, 3, state, l2), 1);  // slices: none
+    EXPECT_EQ(forward_groups_per_item({0, 3}, 16, 16, 2, 96, state, l2), 1);  // column blocks: none
+    EXPECT_EQ(forward_groups_per_item({6, 1}, 6, 3, 1, 1, state, l2), 1);     // 3 key heads a sequence: none divides
+    EXPECT_EQ(forward_groups_per_item({12, 1}, 12, 6, 1, 1, state, l2), 2);   // 6: pairs
+    EXPECT_EQ(forward_groups_per_item({0, 1}, 0, 16, 1, 2, state, l2), 1);
+}
+
+TEST(CpuDeterminism, SeveralGroupsAnItemKeepTheBits) {
+    // 2 q/k sequences x 4 key heads = 8 groups of 2 units. 1 and 2 threads take 4 groups an
+    // item, 4 and 5 threads 2, 3 threads (which cut the last groups into slices) and 8 threads 1
+    // (forward_groups_per_item, checked here). The groups go chunk by chunk in turn, the one
+    // furthest behind first: with KDA's strong gates every group cuts its chunks where its own
+    // gates span too much, so their chunks differ. GDA and KDA, mild and strong gates, snapshots,
+    // both state layouts.
+    constexpr int64_t small_state = 2 * 32 * 32 * 4;
+    const auto per_item = [&](int threads) {
+        const gdn::cpu::ForwardSplit split = gdn::cpu::forward_split(8, 2, threads, true);
+        return gdn::cpu::forward_groups_per_item(split, 8, 4, 1, threads, small_state, gdn::cpu::l2_cache_bytes());
+    };
+    EXPECT_EQ(per_item(1), 4);
+    EXPECT_EQ(per_item(2), 4);
+    EXPECT_EQ(per_item(3), 1);
+    EXPECT_EQ(per_item(4), 2);
+    EXPECT_EQ(per_item(5), 2);
+    EXPECT_EQ(per_item(8), 1);
+    for (bool kda : {false, true})
+        for (Gate gate : {Gate::Mild, Gate::Strong})
+            for (StateLayout layout : {StateLayout::KeyMajor, StateLayout::ValueMajor}) {
+                Case c = shape_case(Op::Forward, kda, gate, {32, 32, 4, 8, 150, 2, 2, 3});
+                c.state_layout = layout;
+                SCOPED_TRACE(c.label());
+                TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+                const auto single_groups = outputs_of(c, inputs, 8);
+                for (int threads : {1, 2, 3, 4, 5})
+                    EXPECT_TRUE(bitwise_equal(single_groups, outputs_of(c, inputs, threads))) << threads;
+            }
 }
 
 TEST(CpuDeterminism, ValueColumnBlocksKeepTheBits) {
