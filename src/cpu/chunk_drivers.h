@@ -24,7 +24,7 @@ inline ChunkUnit group_unit(const Dims &d, int64_t bq, int64_t kh, int64_t u) {
 // The most groups (neighbouring key heads of one q/k sequence) a forward work item takes.
 constexpr int64_t kMaxForwardGroups = 4;
 
-// Key heads [begin, end) of a q/k sequence.
+// Key heads [begin, end) of a q/k sequence (forward_group: at most kMaxForwardGroups).
 struct KeyHeads {
     int64_t begin, end;
 };
