@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Where a cpu call's time goes, by step: the table of docs/PERF.md, "Where the time goes".
+
+Samples `gdn-ops perf --no-fork` for one case with `perf record` (cpu-clock, so it works in
+virtual machines without a PMU), then sums the library's samples by function into the steps of
+the chunked form. The test kit's input generation and the peak probe run in the same process and
+are left out: percentages are of the library's samples.
+
+    bench/perf_steps.py [--gdn-ops build/tools/gdn-ops/gdn-ops] [--threads 2] [--seconds 6]
+                        [--case 'Hv=48,T=4096,...'] [--op forward|backward]
+
+Default case: the 27B shape at T = 4096 (GDA). Pass --case 'Hv=48,T=512,.*gate=channel' for KDA.
+libc's memmove is counted as the row gathers' (the library copies token rows with it; the test
+kit's few copies are inside its own functions' time), which is the one approximation.
+"""
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+
+# Steps, in the order the table lists them: the first pattern a function matches takes it.
+STEPS = [
+    ("GEMM micro-kernels and packing", r"::(avx512|avx2|sse2|neon|generic)::|gemm_bf16|::gemm\b"),
+    ("next-chunk prefetches", r"PacedPrefetch|prefetch_rows|prefetch_unit_rows"),
+    ("streamed stores (outputs, checkpoints, kept Z)", r"stream_store_row|store_rows_streamed|store_token_rows"),
+    ("triangles and substitutions", r"::add_rows|::trmm|chunk_deltas|solve_adjoint|lower_product"),
+    ("gates, exp, decay masks, KDA's scaled rows", r"exp_to_float|kda_gated_rows|compute_gates|decayed_lower|"
+     r"add_gates|span_add_fits|ChunkPlanner|plan_chunks|scale_rows|prepare_unit_chunk"),
+    ("gate gradients (dots, pair terms)", r"dot_f64|row_dots_f64|gda_gate_terms|kda_pair_sums|"
+     r"assemble_gate_gradient|products_f64|gate_dots"),
+    ("row gathers", r"__memmove|memcpy|gather_rows|load_group_rows|load_row|typed_rows"),
+    ("state loads and stores", r"load_state|store_state|state_io"),
+]
+# Functions of the process that are not the library's call.
+OUTSIDE = r"gdn::testkit|gdn::ops|__cos|__sin|__ieee754|^log@|^exp@|fill_normal|_dl_"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gdn-ops", default="build/tools/gdn-ops/gdn-ops")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=6.0, help="gdn-ops perf --min-time")
+    parser.add_argument("--case", default=r"Hv=48,T=4096,B=1,Bq=1,gate=scalar,heads=tiled,qk=strided,s0=1,K=1,"
+                                          r"g=mild,beta=rand\)$")
+    parser.add_argument("--op", choices=["forward", "backward"], default="forward")
+    parser.add_argument("--show-other", action="store_true", help="list the functions counted as other")
+    args = parser.parse_args()
+    op = "GATED_DELTA_NET" if args.op == "forward" else "GATED_DELTA_NET_BACK"
+    with tempfile.NamedTemporaryFile(suffix=".data") as data:
+        run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "1999", "-o", data.name, "--",
+                              args.gdn_ops, "perf", "--no-fork", "-b", "CPU", "-t", str(args.threads), "-o", op,
+                              "-p", args.case, "--min-time", str(args.seconds)],
+                             capture_output=True, text=True)
+        timed = [line for line in run.stdout.splitlines() if "timed [" in line]
+        if run.returncode != 0 or len(timed) != 1:
+            sys.exit(f"gdn-ops perf under perf record: exit {run.returncode}, {len(timed)} cases timed "
+                     f"(the case pattern must match exactly one)\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+        report = subprocess.run(["perf", "report", "-i", data.name, "--no-children", "--sort", "sym", "--stdio",
+                                 "-g", "none", "--percent-limit", "0"], capture_output=True, text=True, check=True)
+    steps = {name: 0.0 for name, _ in STEPS}
+    other, outside, others = 0.0, 0.0, []
+    for line in report.stdout.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[(.)\]\s+(.*)$", line)
+        if not m:
+            continue
+        share, symbol = float(m.group(1)), m.group(3)
+        if m.group(2) == "k" or re.search(OUTSIDE, symbol):  # the kernel: the test kit's page faults
+            outside += share
+            continue
+        for name, pattern in STEPS:
+            if re.search(pattern, symbol):
+                steps[name] += share
+                break
+        else:
+            other += share
+            others.append((share, symbol))
+    library = sum(steps.values()) + other
+    case = re.sub(r"\s+", " ", timed[0].strip())
+    print(f"{case}\n")
+    print(f"| step | % of the library's samples ({library:.0f}% of the process's) |")
+    print("|---|---|")
+    for name, _ in STEPS:
+        print(f"| {name} | {100 * steps[name] / library:.1f} |")
+    print(f"| other | {100 * other / library:.1f} |")
+    if args.show_other:
+        for share, symbol in others:
+            print(f"  other: {100 * share / library:.2f} {symbol}")
+
+
+if __name__ == "__main__":
+    main()
