@@ -36,6 +36,29 @@ STEPS = [
 OUTSIDE = r"gdn::testkit|gdn::ops|__cos|__sin|__ieee754|^log@|^exp@|fill_normal|_dl_"
 
 
+def shares_by_step(report):
+    """The library's shares of the samples in `perf report --sort sym --stdio` text: per step (the
+    first of STEPS whose pattern a function matches), the rest of the library's ("other") and
+    those functions. The kernel's samples and the test kit's and the peak probe's are left out."""
+    steps = {name: 0.0 for name, _ in STEPS}
+    other, others = 0.0, []
+    for line in report.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[(.)\]\s+(.*)$", line)
+        if not m:
+            continue
+        share, symbol = float(m.group(1)), m.group(3)
+        if m.group(2) == "k" or re.search(OUTSIDE, symbol):  # the kernel: the test kit's page faults
+            continue
+        for name, pattern in STEPS:
+            if re.search(pattern, symbol):
+                steps[name] += share
+                break
+        else:
+            other += share
+            others.append((share, symbol))
+    return steps, other, others
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gdn-ops", default="build/tools/gdn-ops/gdn-ops")
@@ -58,24 +81,10 @@ def main():
                      f"(the case pattern must match exactly one)\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
         report = subprocess.run(["perf", "report", "-i", data.name, "--no-children", "--sort", "sym", "--stdio",
                                  "-g", "none", "--percent-limit", "0"], capture_output=True, text=True, check=True)
-    steps = {name: 0.0 for name, _ in STEPS}
-    other, outside, others = 0.0, 0.0, []
-    for line in report.stdout.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+\[(.)\]\s+(.*)$", line)
-        if not m:
-            continue
-        share, symbol = float(m.group(1)), m.group(3)
-        if m.group(2) == "k" or re.search(OUTSIDE, symbol):  # the kernel: the test kit's page faults
-            outside += share
-            continue
-        for name, pattern in STEPS:
-            if re.search(pattern, symbol):
-                steps[name] += share
-                break
-        else:
-            other += share
-            others.append((share, symbol))
+    steps, other, others = shares_by_step(report.stdout)
     library = sum(steps.values()) + other
+    if library <= 0:
+        sys.exit("no samples of the library: was gdn-ops built with its symbols?")
     case = re.sub(r"\s+", " ", timed[0].strip())
     print(f"{case}\n")
     print(f"| step | % of the library's samples ({library:.0f}% of the process's) |")

@@ -1,5 +1,6 @@
 """The benchmarks: python -m gdn.bench's no-binding baseline computes what the binding computes, and it runs;
-bench/context_parallel.py's slices hold the whole's values, and its memory mode runs."""
+bench/context_parallel.py's slices hold the whole's values, and its memory mode runs; bench/perf_steps.py
+counts each function's samples in its step."""
 
 import subprocess
 import sys
@@ -113,16 +114,53 @@ def test_alternated_rows_time_the_three_calls():
         assert ("flushed" if extra else "kept") in done.stdout
 
 
-def _context_parallel_bench():
+def _bench_script(name):
     import importlib.util
     import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "context_parallel.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / name
     if not path.is_file():
         pytest.skip("the benchmark is in the source tree (this is a copy of the tests)")
-    spec = importlib.util.spec_from_file_location("context_parallel_bench", path)
+    spec = importlib.util.spec_from_file_location(path.stem + "_bench", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module, path
+
+
+def _context_parallel_bench():
+    return _bench_script("context_parallel.py")
+
+
+def test_perf_steps_counts_each_function_in_its_step():
+    """bench/perf_steps.py: a function's samples go to the first step that names it, the rest of
+    the library's to other; the kernel's, the test kit's and the peak probe's to none."""
+    steps, _ = _bench_script("perf_steps.py")
+    report = """# Samples: 1K of event 'cpu-clock'
+    40.00%  [.] void gdn::cpu::avx512::micro<4, 6>(long, float const*, long)
+     5.00%  [.] gdn::cpu::PacedPrefetch::step()
+     4.00%  [.] gdn::cpu::stream_store_row(gdn_type, float const*, long, void*)
+     3.00%  [.] __memmove_avx512_unaligned_erms
+     2.50%  [.] gdn::cpu::(anonymous namespace)::add_rows_avx512(float, float const*, long)
+     2.00%  [.] gdn::cpu::exp_to_float(double const*, float*, long)
+     1.50%  [.] gdn::cpu::row_dots_f64(long, long, float const*, float const*, double*)
+     1.00%  [.] gdn::cpu::load_state(gdn_tensor const&, gdn::Dims const&, long, long, float*, long)
+     0.75%  [.] __memset_avx512_unaligned_erms
+     9.00%  [.] gdn::ops::(anonymous namespace)::fma_avx512(long)
+     6.00%  [k] clear_page_erms
+     4.00%  [.] gdn::testkit::(anonymous namespace)::fill_normal(float*, long)
+     3.00%  [.] __cos_fma
+"""
+    shares, other, others = steps.shares_by_step(report)
+    assert shares == {
+        "GEMM micro-kernels and packing": 40.0,
+        "next-chunk prefetches": 5.0,
+        "streamed stores (outputs, checkpoints, kept Z)": 4.0,
+        "triangles and substitutions": 2.5,
+        "gates, exp, decay masks, KDA's scaled rows": 2.0,
+        "gate gradients (dots, pair terms)": 1.5,
+        "row gathers": 3.0,
+        "state loads and stores": 1.0,
+    }
+    assert other == 0.75 and [symbol for _, symbol in others] == ["__memset_avx512_unaligned_erms"]
 
 
 def test_context_parallel_bench_slices_hold_the_wholes_values():
