@@ -10,10 +10,12 @@ are left out: percentages are of the library's samples.
                         [--case 'Hv=48,T=4096,...'] [--op forward|backward]
 
 Default case: the 27B shape at T = 4096 (GDA). Pass --case 'Hv=48,T=512,.*gate=channel' for KDA.
-libc's memmove is counted as the row gathers' (the library copies token rows with it; the test
-kit's few copies are inside its own functions' time), which is the one approximation.
+libc's memmove and memcpy are counted as the row gathers' (the library copies token rows with
+them; the test kit's few copies are inside its own functions' time), which is the one
+approximation.
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -21,7 +23,9 @@ import tempfile
 
 # Steps, in the order the table lists them: the first pattern a function matches takes it.
 STEPS = [
-    ("GEMM micro-kernels and packing", r"::(avx512|avx2|sse2|neon|generic)::|gemm_bf16|::gemm\b"),
+    # The F32 kernels per ISA, the bf16 ones (AVX512_BF16, AMX, their packing), not a namespace's
+    # row conversions (the portable ones live in a namespace `generic` too).
+    ("GEMM micro-kernels and packing", r"::(bf16_)?(avx512|avx2|sse2|neon|amx|generic)::(?!\w*_to_f)|bf16_detail|gemm"),
     ("next-chunk prefetches", r"PacedPrefetch|prefetch_rows|prefetch_unit_rows"),
     ("streamed stores (outputs, checkpoints, kept Z)", r"stream_store_row|store_rows_streamed|store_token_rows"),
     ("triangles and substitutions", r"::add_rows|::trmm|chunk_deltas|solve_adjoint|lower_product"),
@@ -29,7 +33,7 @@ STEPS = [
      r"add_gates|span_add_fits|ChunkPlanner|plan_chunks|scale_rows|prepare_unit_chunk"),
     ("gate gradients (dots, pair terms)", r"dot_f64|row_dots_f64|gda_gate_terms|kda_pair_sums|"
      r"assemble_gate_gradient|products_f64|gate_dots"),
-    ("row gathers", r"__memmove|memcpy|gather_rows|load_group_rows|load_row|typed_rows"),
+    ("row gathers", r"__memmove|memcpy|gather_rows|load_group_rows|load_row|_to_f32|_to_bf16|_to_f16"),
     ("state loads and stores", r"load_state|store_state|state_io"),
 ]
 # Functions of the process that are not the library's call.
@@ -70,17 +74,24 @@ def main():
     parser.add_argument("--show-other", action="store_true", help="list the functions counted as other")
     args = parser.parse_args()
     op = "GATED_DELTA_NET" if args.op == "forward" else "GATED_DELTA_NET_BACK"
+    if not os.access(args.gdn_ops, os.X_OK):
+        sys.exit(f"{args.gdn_ops}: no gdn-ops there (build it: cmake --build build --target gdn-ops; or --gdn-ops PATH)")
     with tempfile.NamedTemporaryFile(suffix=".data") as data:
-        run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "1999", "-o", data.name, "--",
-                              args.gdn_ops, "perf", "--no-fork", "-b", "CPU", "-t", str(args.threads), "-o", op,
-                              "-p", args.case, "--min-time", str(args.seconds)],
-                             capture_output=True, text=True)
+        try:
+            run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "1999", "-o", data.name, "--",
+                                  args.gdn_ops, "perf", "--no-fork", "-b", "CPU", "-t", str(args.threads), "-o", op,
+                                  "-p", args.case, "--min-time", str(args.seconds)],
+                                 capture_output=True, text=True)
+        except FileNotFoundError as e:
+            sys.exit(f"{e.filename} not found: perf_steps needs perf (Debian: linux-perf) and a built gdn-ops")
         timed = [line for line in run.stdout.splitlines() if "timed [" in line]
         if run.returncode != 0 or len(timed) != 1:
             sys.exit(f"gdn-ops perf under perf record: exit {run.returncode}, {len(timed)} cases timed "
                      f"(the case pattern must match exactly one)\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
         report = subprocess.run(["perf", "report", "-i", data.name, "--no-children", "--sort", "sym", "--stdio",
-                                 "-g", "none", "--percent-limit", "0"], capture_output=True, text=True, check=True)
+                                 "-g", "none", "--percent-limit", "0"], capture_output=True, text=True)
+        if report.returncode != 0:
+            sys.exit(f"perf report: exit {report.returncode}\n{report.stderr[-2000:]}")
     steps, other, others = shares_by_step(report.stdout)
     library = sum(steps.values()) + other
     if library <= 0:

@@ -53,15 +53,9 @@ void BackwardWork::resize(const Dims &d, int64_t max_chunk) {
     for (auto *v : {&single, &link, &pair, &dgam}) v->resize(C * gw);
     acc.resize(kda ? 2 * gw : std::max<int64_t>(C, 2));
     wterm.resize(gw);
-    // The most rows of a chunk the steps queue (elements of at most 8 bytes): the forward pass's
-    // K rows and every unit's v, g and beta rows, or the reverse walk's Q and K rows and v, g,
-    // beta and d_out rows of one unit.
-    constexpr int64_t element = 8;
-    const int64_t v_g_beta = PacedPrefetch::lines_of_row(element * Sv) + PacedPrefetch::lines_of_row(element * gw) +
-                             PacedPrefetch::lines_of_row(element);
-    coming_rows.reserve(C * std::max(PacedPrefetch::lines_of_row(element * Sk) + units_of(d) * v_g_beta,
-                                     2 * PacedPrefetch::lines_of_row(element * Sk) + v_g_beta +
-                                         PacedPrefetch::lines_of_row(element * Sv)));
+    // The most rows a chunk's steps queue per token: the forward pass's K row and every unit's v,
+    // g and beta rows, or the reverse walk's Q and K rows and one unit's v, g, beta and d_out rows.
+    coming_rows.reserve(C * std::max<int64_t>(1 + 3 * units_of(d), 6));
 }
 
 uint64_t BackwardWork::bytes() const {

@@ -1,7 +1,8 @@
 // The chunked forward and backward of one group (q/k sequence bq, key head kh): every unit that
 // reads the group's key head, chunk by chunk, sharing the group's Q K^T and K K^T (GDA). dq and
 // dk are summed over the group's units in a fixed order (b ascending, then value heads), so the
-// result does not depend on which worker ran the group or its units.
+// result does not depend on which worker ran the group or its units. A forward work item may
+// take several neighbouring groups, which go chunk by chunk in turn (forward_group).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ struct ForwardWork {
     ChunkScratch chunk;
     AlignedVector<float> states;  // groups x units x Sk x Sv: the running states
     std::vector<ChunkPlanner> planners;  // one per group of an item
-    AlignedVector<double> planned_gam;  // KDA: groups x units x C x gw, the chunk's prefix sums the planners kept
+    AlignedVector<double> planned_gam;  // KDA: units x C x gw, the chunk's prefix sums its planner kept
     PacedPrefetch next_rows;           // the next chunk's token rows, asked for over this one's steps
     // For items of up to `groups` groups (forward_group's heads).
     void resize(const Dims &d, int64_t max_chunk, int64_t groups = 1);

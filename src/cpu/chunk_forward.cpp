@@ -1,5 +1,6 @@
-// The chunked forward of one group (the per-chunk math is written out in chunk_core.h).
+// The chunked forward of a work item's groups (the per-chunk math is written out in chunk_core.h).
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "core/tensor.h"
@@ -15,16 +16,11 @@ namespace gdn::cpu {
 void ForwardWork::resize(const Dims &d, int64_t max_chunk, int64_t groups) {
     chunk.resize(d, max_chunk);
     states.resize(groups * units_of(d) * d.Sk * d.Sv);
-    planned_gam.resize(d.gate_width != 1 ? groups * units_of(d) * max_chunk * d.gate_width : 0);
+    planned_gam.resize(d.gate_width != 1 ? units_of(d) * max_chunk * d.gate_width : 0);
     planners.resize(static_cast<size_t>(groups));
     for (ChunkPlanner &p : planners) p.resize(d);
-    // A chunk's q and k rows, and v, g and beta rows of every unit (elements of at most 8 bytes).
-    constexpr int64_t element = 8;
-    const int64_t per_token = 2 * PacedPrefetch::lines_of_row(element * d.Sk) +
-                              units_of(d) * (PacedPrefetch::lines_of_row(element * d.Sv) +
-                                             PacedPrefetch::lines_of_row(element * d.gate_width) +
-                                             PacedPrefetch::lines_of_row(element));
-    next_rows.reserve(max_chunk * per_token);
+    // A chunk's q and k rows, and v, g and beta rows of every unit, per token.
+    next_rows.reserve(max_chunk * (2 + 3 * units_of(d)));
 }
 
 uint64_t ForwardWork::bytes() const {
@@ -42,6 +38,7 @@ void forward_group(const ForwardArgs &call, int64_t bq, KeyHeads heads, int64_t 
     const gdn_tensor *v = window.v_ptr, *out = window.out_ptr, *s0 = window.s0_ptr, *states = window.states_ptr;
     const int64_t Sk = d.Sk, Sv = d.Sv, area = Sk * Sv, units = units_of(d);
     const int64_t groups = heads.end - heads.begin;
+    assert(groups >= 1 && groups <= kMaxForwardGroups && static_cast<size_t>(groups) <= w.planners.size());
     const float scale = static_cast<float>(d.scale);
     ChunkScratch &c = w.chunk;
     c.Sv = Sv;  // the scratch is sized for the whole call's columns
@@ -77,12 +74,12 @@ void forward_group(const ForwardArgs &call, int64_t bq, KeyHeads heads, int64_t 
     };
     for (int64_t i = furthest_behind(); i >= 0; i = furthest_behind()) {
         const int64_t kh = heads.begin + i, t0 = start[i];
-        double *planned = kda ? w.planned_gam.data() + i * units * max_len * d.gate_width : nullptr;
+        double *planned = kda ? w.planned_gam.data() : nullptr;  // this chunk's, read by its units below
         const int64_t t1 = w.planners[i].next_end(t0, planned), L = t1 - t0;
         start[i] = t1;
         load_group_chunk(*call.q, *call.k, d, bq, kh, t0, L, with_out, c);
-        // The rows of the group's chunk that comes next, in the order it reads them (asked for at
-        // its longest), paced over this chunk's unit steps (PacedPrefetch: the rows of a whole
+        // The rows of the chunk run next (of the group then furthest behind), in the order it reads
+        // them (asked for at its longest), paced over this chunk's unit steps (PacedPrefetch: the rows of a whole
         // chunk at once overflow the line-fill buffers).
         w.next_rows.start(static_cast<int>((unit_end - unit_begin) * (with_out ? 4 : 3)));
         if (const int64_t n = furthest_behind(); n >= 0) {

@@ -411,10 +411,11 @@ private:
         if (a.s0 == nullptr) return;
         if (item.plan < 0) return cpu::prefetch_state(a.s0, d, item.group % d.Hv, item.group / d.Hv);
         const cpu::ValueWindow window(a, item.columns);  // a block's columns only
-        for (int64_t u = item.unit_begin; u < item.unit_end; ++u) {
-            const cpu::ChunkUnit unit = cpu::group_unit(d, item.group / d.Hk, item.group % d.Hk, u);
-            cpu::prefetch_state(window.s0_ptr, window.dims, unit.h, unit.b);
-        }
+        for (int64_t group = item.group; group < item.group + item.groups; ++group)
+            for (int64_t u = item.unit_begin; u < item.unit_end; ++u) {
+                const cpu::ChunkUnit unit = cpu::group_unit(d, group / d.Hk, group % d.Hk, u);
+                cpu::prefetch_state(window.s0_ptr, window.dims, unit.h, unit.b);
+            }
     }
 
     // Plans are per (call, group); items of one group (its slices) share one.

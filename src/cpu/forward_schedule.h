@@ -106,9 +106,10 @@ inline int64_t forward_column_blocks(ForwardSplit split, int64_t groups, int64_t
 // divides every q/k sequence's key heads, whose groups' running states (`group_state_bytes`
 // each) fit in the core's L2 (`l2_bytes`: they are read and written every chunk), and whose
 // items keep the workers as busy as single groups do (16 groups on 2 workers: 4 items of 4, 8
-// groups' time either way; on 8 workers pairs, 2 groups' time; on 6 workers none: pairs would
-// take 4 groups' time instead of 3); else 1. At the 27B shape on Zen 4 (2 workers) the forward
-// took 0.96 of its time with pairs, 0.95 with 4 and 0.955 with 8 (docs/PERF.md).
+// groups' time either way; on 8 workers pairs, 2 groups' time; on 16 workers none: pairs would
+// take 2 groups' time instead of 1); else 1. At the 27B shape on Zen 4 (2 workers) the forward
+// took 0.96-0.97 of its time with pairs, 0.95-0.96 with 4; 8 (whose states leave the L2) were
+// about 0.5% slower than 4 (docs/PERF.md).
 inline int64_t forward_groups_per_item(ForwardSplit split, int64_t groups, int64_t Hk, int64_t blocks, int workers,
                                        int64_t group_state_bytes, int64_t l2_bytes) {
     if (split.first_group != groups || blocks != 1 || groups == 0) return 1;

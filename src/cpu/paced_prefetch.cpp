@@ -1,13 +1,17 @@
 #include "cpu/paced_prefetch.h"
 
+#include <algorithm>
+
 #include "core/tensor.h"
 #include "cpu/typed_rows.h"
 
 namespace gdn::cpu {
 
 void PacedPrefetch::start(int steps) {
-    lines_.clear();
-    next_ = 0;
+    rows_.clear();
+    queued_ = issued_ = 0;
+    row_ = 0;
+    line_ = 0;
     steps_left_ = steps > 0 ? steps : 1;
     last_page_ = 0;
 }
@@ -25,31 +29,41 @@ void PacedPrefetch::add_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, i
         const bool read = pages == Pages::Read && page != last_page_;
         last_page_ = page;
         // The read is of the row's first element, not its line's start, which may lie before the
-        // tensor (p is element-aligned, so bit 0 is free to mark it).
-        for (uintptr_t a = first; a < p + static_cast<uintptr_t>(bytes); a += line)
-            lines_.push_back(a == first && read ? p | 1 : a);
+        // tensor.
+        const int64_t lines = static_cast<int64_t>((p + static_cast<uintptr_t>(bytes) - first + line - 1) / line);
+        rows_.push_back({first, read ? p : 0, lines});
+        queued_ += lines;
     }
 }
 
-namespace {
-void issue(uintptr_t a) {
-    // A read waits on memory, and so puts the page's translation in the TLB for the prefetches
-    // of the row's other lines (a prefetch that misses the TLB was seen not to bring its line).
-    if (a & 1) (void)*reinterpret_cast<const volatile char *>(a & ~uintptr_t{1});
-    else __builtin_prefetch(reinterpret_cast<const char *>(a), 0, 3);
+void PacedPrefetch::issue(int64_t lines) {
+    constexpr uintptr_t line = 64;
+    issued_ += lines;
+    while (lines > 0) {
+        const Row &r = rows_[row_];
+        const int64_t n = std::min(lines, r.lines - line_);
+        for (int64_t i = line_; i < line_ + n; ++i) {
+            // A read waits on memory, and so puts the page's translation in the TLB for the
+            // prefetches of the row's other lines (a prefetch that misses the TLB was seen not to
+            // bring its line).
+            if (i == 0 && r.read) (void)*reinterpret_cast<const volatile char *>(r.read);
+            else __builtin_prefetch(reinterpret_cast<const char *>(r.first + uintptr_t(i) * line), 0, 3);
+        }
+        lines -= n;
+        line_ += n;
+        if (line_ == r.lines) {
+            ++row_;
+            line_ = 0;
+        }
+    }
 }
-}  // namespace
 
 void PacedPrefetch::step() {
-    const size_t left = lines_.size() - next_;
-    const size_t share = steps_left_ > 1 ? (left + steps_left_ - 1) / steps_left_ : left;
-    for (size_t i = 0; i < share; ++i) issue(lines_[next_ + i]);
-    next_ += share;
+    const int64_t left = queued_ - issued_;
+    issue(steps_left_ > 1 ? (left + steps_left_ - 1) / steps_left_ : left);
     if (steps_left_ > 1) --steps_left_;
 }
 
-void PacedPrefetch::finish() {
-    for (; next_ < lines_.size(); ++next_) issue(lines_[next_]);
-}
+void PacedPrefetch::finish() { issue(queued_ - issued_); }
 
 }  // namespace gdn::cpu

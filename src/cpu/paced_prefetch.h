@@ -19,11 +19,9 @@ namespace gdn::cpu {
 
 class PacedPrefetch {
 public:
-    // Room for `lines` queued lines, so that queueing allocates nothing during a call.
-    void reserve(int64_t lines) { lines_.reserve(static_cast<size_t>(lines)); }
-    // Lines that fit in rows of `bytes` bytes, wherever they start.
-    static int64_t lines_of_row(int64_t bytes) { return bytes / 64 + 2; }
-    uint64_t bytes() const { return lines_.capacity() * sizeof(uintptr_t); }
+    // Room for `rows` queued rows, so that queueing allocates nothing during a call.
+    void reserve(int64_t rows) { rows_.reserve(static_cast<size_t>(rows)); }
+    uint64_t bytes() const { return rows_.capacity() * sizeof(Row); }
     // Empties the queue; the next `steps` calls of step() issue it (the last one all that is left).
     void start(int steps);
     // Queues every cache line of rows [t_begin, t_end) of tensor t (nullptr: none) at (i1, i3),
@@ -37,12 +35,19 @@ public:
     void finish();
 
 private:
-    // Line addresses, or with the low bit set the address of a row's first element (element-aligned)
-    // to be read.
-    std::vector<uintptr_t> lines_;
+    // A row's lines: `lines` of them from `first` (a line address); with `read` set, the row's
+    // first element (at `read`, element-aligned) is read instead of its first line prefetched.
+    struct Row {
+        uintptr_t first, read;
+        int64_t lines;
+    };
+    std::vector<Row> rows_;
+    int64_t queued_ = 0, issued_ = 0;  // lines
+    size_t row_ = 0;                   // the row the next line is in
+    int64_t line_ = 0;                 // and its index there
     uintptr_t last_page_ = 0;
-    size_t next_ = 0;
     int steps_left_ = 0;
+    void issue(int64_t lines);
 };
 
 }  // namespace gdn::cpu

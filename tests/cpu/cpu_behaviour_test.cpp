@@ -135,7 +135,9 @@ TEST(CpuSchedule, ForwardCutsValueColumnsOnlyWhereUnitsLeaveWorkersIdle) {
 TEST(CpuSchedule, ForwardTakesSeveralGroupsAnItemOnlyWhereWorkersStayBusy) {
     using gdn::cpu::forward_groups_per_item;
     using gdn::cpu::ForwardSplit;
-    // The 27B shape at B = 1: 16 groups of 3 units, whose states take 192 KiB a group.
+    // The rule alone (the backend asks it only of whole groups, forward_split's {groups, 1}: 16
+    // groups on 3 or 6 workers are cut into slices there first). The 27B shape at B = 1: 16
+    // groups of 3 units, whose states take 192 KiB a group.
     constexpr int64_t state = 3 * 128 * 128 * 4, l2 = 1 << 20;
     const ForwardSplit whole{16, 1};
     EXPECT_EQ(forward_groups_per_item(whole, 16, 16, 1, 1, state, l2), 4);
@@ -157,8 +159,9 @@ TEST(CpuSchedule, ForwardTakesSeveralGroupsAnItemOnlyWhereWorkersStayBusy) {
 
 TEST(CpuDeterminism, SeveralGroupsAnItemKeepTheBits) {
     // 2 q/k sequences x 4 key heads = 8 groups of 2 units. 1 and 2 threads take 4 groups an
-    // item, 4 and 5 threads 2, 3 threads (which cut the last groups into slices) and 8 threads 1
-    // (forward_groups_per_item, checked here). The groups go chunk by chunk in turn, the one
+    // item, 4 and 5 threads 2, 3 threads (pairs would take 4 groups' time, not 3) and 8 threads
+    // 1, 6 threads slices of the last 2 groups (forward_groups_per_item, forward_split: checked
+    // here). The groups go chunk by chunk in turn, the one
     // furthest behind first: with KDA's strong gates every group cuts its chunks where its own
     // gates span too much, so their chunks differ. GDA and KDA, mild and strong gates, snapshots,
     // both state layouts.
@@ -173,6 +176,8 @@ TEST(CpuDeterminism, SeveralGroupsAnItemKeepTheBits) {
     EXPECT_EQ(per_item(4), 2);
     EXPECT_EQ(per_item(5), 2);
     EXPECT_EQ(per_item(8), 1);
+    EXPECT_EQ(per_item(6), 1);
+    EXPECT_EQ(gdn::cpu::forward_split(8, 2, 6, true).slices, 2);
     for (bool kda : {false, true})
         for (Gate gate : {Gate::Mild, Gate::Strong})
             for (StateLayout layout : {StateLayout::KeyMajor, StateLayout::ValueMajor}) {
@@ -181,7 +186,7 @@ TEST(CpuDeterminism, SeveralGroupsAnItemKeepTheBits) {
                 SCOPED_TRACE(c.label());
                 TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
                 const auto single_groups = outputs_of(c, inputs, 8);
-                for (int threads : {1, 2, 3, 4, 5})
+                for (int threads : {1, 2, 3, 4, 5, 6})
                     EXPECT_TRUE(bitwise_equal(single_groups, outputs_of(c, inputs, threads))) << threads;
             }
 }
