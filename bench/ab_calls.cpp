@@ -7,7 +7,7 @@
 // the quartiles of the per-pair ratios, and whether the two gave the same bits.
 //
 //   ab_calls A.so B.so [--op forward|backward] [--threads N] [--calls N] [--tokens T]
-//            [--batch B] [--heads Hk,Hv] [--dims Sk,Sv] [--kda]
+//            [--batch B] [--seqs N] [--heads Hk,Hv] [--dims Sk,Sv] [--kda]
 //
 // Default: the Qwen3.5-27B shape (Hk 16, Hv 48, Sk = Sv = 128), B = 1, T = 4096, backward, 2
 // threads, 20 calls each (after one call each to warm up).
@@ -81,7 +81,7 @@ double median(std::vector<double> v) {
 int main(int argc, char **argv) {
     if (argc < 3) {
         std::fprintf(stderr, "usage: ab_calls A.so B.so [--op forward|backward] [--threads N] [--calls N] "
-                             "[--tokens T] [--batch B] [--heads Hk,Hv] [--dims Sk,Sv] [--kda]\n");
+                             "[--tokens T] [--batch B] [--seqs N] [--heads Hk,Hv] [--dims Sk,Sv] [--kda]\n");
         return 2;
     }
     Case c;
@@ -91,6 +91,7 @@ int main(int argc, char **argv) {
     c.strided = true;
     c.gate = Gate::Mild;
     int threads = 2, calls = 20;
+    int64_t seqs = 0;
     for (int i = 3; i < argc; ++i) {
         const std::string f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -100,6 +101,7 @@ int main(int argc, char **argv) {
         else if (f == "--calls") calls = std::atoi(v);
         else if (f == "--tokens") c.shape.T = std::atoll(v);
         else if (f == "--batch") c.shape.B = c.shape.Bq = std::atoll(v);
+        else if (f == "--seqs") used = (seqs = std::atoll(v)) > 0;
         else if (f == "--heads") used = parse_pair(v, c.shape.Hk, c.shape.Hv);
         else if (f == "--dims") used = parse_pair(v, c.shape.Sk, c.shape.Sv);
         else if (f == "--kda") c.kda = true, used = false, --i;
@@ -113,6 +115,7 @@ int main(int argc, char **argv) {
         }
         ++i;
     }
+    if (seqs > 0) c.pack(seqs);  // the T tokens as seqs packed sequences (cu_seqlens)
     Library lib[2];
     const std::string stem = "/tmp/ab_calls_" + std::to_string(getpid());
     if (!lib[0].load(argv[1], stem + "_a.so") || !lib[1].load(argv[2], stem + "_b.so")) return 1;

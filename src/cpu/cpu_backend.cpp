@@ -94,13 +94,11 @@ public:
         const cpu::ForwardSplit split = cpu::forward_split(chunk_groups, units, threads, calls.size() == 1);
         const int64_t Sv = widest.Sv, quantum = cpu::gemm_panel_width();
         const int64_t blocks = cpu::forward_column_blocks(split, chunk_groups, units, Sv, quantum, threads);
-        // Whole groups several to an item where that keeps the workers as busy (a single call:
-        // packed sequences' items of many lengths fill the gaps better one group each).
+        // Whole groups several to an item where that keeps the workers as busy (packed sequences
+        // too: each item takes neighbouring groups of one sequence).
         const int64_t group_state_bytes = units * widest.Sk * widest.Sv * int64_t(sizeof(float));
-        const int64_t grouped = calls.size() == 1 ? cpu::forward_groups_per_item(split, chunk_groups, widest.Hk, blocks,
-                                                                                 threads, group_state_bytes,
-                                                                                 cpu::l2_cache_bytes())
-                                                  : 1;
+        const int64_t grouped = cpu::forward_groups_per_item(split, chunk_groups, widest.Hk, blocks, threads,
+                                                             group_state_bytes, cpu::l2_cache_bytes());
         items_.clear();
         for (size_t c = 0; c < calls.size(); ++c) {
             const Dims &d = calls[c]->dims;

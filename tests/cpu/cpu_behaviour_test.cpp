@@ -189,6 +189,28 @@ TEST(CpuDeterminism, SeveralGroupsAnItemKeepTheBits) {
                 for (int threads : {1, 2, 3, 4, 5, 6})
                     EXPECT_TRUE(bitwise_equal(single_groups, outputs_of(c, inputs, threads))) << threads;
             }
+    // Packed sequences (cu_seqlens), all chunked: 3 sequences x 4 key heads = 12 groups, taken 4
+    // to an item on 1 and 3 threads, 2 on 2 and 6, 1 on 4 and 12; no item mixes sequences.
+    const auto packed_per_item = [&](int threads) {
+        const gdn::cpu::ForwardSplit split = gdn::cpu::forward_split(12, 2, threads, false);
+        return gdn::cpu::forward_groups_per_item(split, 12, 4, 1, threads, small_state, gdn::cpu::l2_cache_bytes());
+    };
+    EXPECT_EQ(packed_per_item(1), 4);
+    EXPECT_EQ(packed_per_item(2), 2);
+    EXPECT_EQ(packed_per_item(3), 4);
+    EXPECT_EQ(packed_per_item(4), 1);
+    EXPECT_EQ(packed_per_item(6), 2);
+    EXPECT_EQ(packed_per_item(12), 1);
+    for (bool kda : {false, true}) {
+        Case c = shape_case(Op::Forward, kda, Gate::Strong, {32, 32, 4, 8, 200, 1, 1, 1});
+        c.pack(3);
+        for (size_t n = 1; n < c.cu_seqlens.size(); ++n) EXPECT_GT(c.cu_seqlens[n] - c.cu_seqlens[n - 1], 16);
+        SCOPED_TRACE(c.label());
+        TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+        const auto single_groups = outputs_of(c, inputs, 12);
+        for (int threads : {1, 2, 3, 4, 6})
+            EXPECT_TRUE(bitwise_equal(single_groups, outputs_of(c, inputs, threads))) << threads;
+    }
 }
 
 TEST(CpuDeterminism, ValueColumnBlocksKeepTheBits) {
