@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -157,59 +158,47 @@ TEST(CpuSchedule, ForwardTakesSeveralGroupsAnItemOnlyWhereWorkersStayBusy) {
     EXPECT_EQ(forward_groups_per_item({0, 1}, 0, 16, 1, 2, state, l2), 1);
 }
 
+// Groups per forward item, as the backend decides it, for `groups` groups of 2 units with 32 x 32
+// states and 4 key heads a sequence, on `threads` workers.
+int64_t groups_per_item(int64_t groups, bool single_call, int threads) {
+    const gdn::cpu::ForwardSplit split = gdn::cpu::forward_split(groups, 2, threads, single_call);
+    return gdn::cpu::forward_groups_per_item(split, groups, 4, 1, threads, 2 * 32 * 32 * 4, gdn::cpu::l2_cache_bytes());
+}
+
+// Every output of c, bit for bit, on each of `threads` threads as on `reference` threads.
+void expect_bits_as_on(const Case &c, int reference, std::initializer_list<int> threads) {
+    SCOPED_TRACE(c.label());
+    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
+    const auto expected = outputs_of(c, inputs, reference);
+    for (int t : threads) EXPECT_TRUE(bitwise_equal(expected, outputs_of(c, inputs, t))) << t << " threads";
+}
+
 TEST(CpuDeterminism, SeveralGroupsAnItemKeepTheBits) {
-    // 2 q/k sequences x 4 key heads = 8 groups of 2 units. 1 and 2 threads take 4 groups an
-    // item, 4 and 5 threads 2, 3 threads (pairs would take 4 groups' time, not 3) and 8 threads
-    // 1, 6 threads slices of the last 2 groups (forward_groups_per_item, forward_split: checked
-    // here). The groups go chunk by chunk in turn, the one
-    // furthest behind first: with KDA's strong gates every group cuts its chunks where its own
-    // gates span too much, so their chunks differ. GDA and KDA, mild and strong gates, snapshots,
-    // both state layouts.
-    constexpr int64_t small_state = 2 * 32 * 32 * 4;
-    const auto per_item = [&](int threads) {
-        const gdn::cpu::ForwardSplit split = gdn::cpu::forward_split(8, 2, threads, true);
-        return gdn::cpu::forward_groups_per_item(split, 8, 4, 1, threads, small_state, gdn::cpu::l2_cache_bytes());
-    };
-    EXPECT_EQ(per_item(1), 4);
-    EXPECT_EQ(per_item(2), 4);
-    EXPECT_EQ(per_item(3), 1);
-    EXPECT_EQ(per_item(4), 2);
-    EXPECT_EQ(per_item(5), 2);
-    EXPECT_EQ(per_item(8), 1);
-    EXPECT_EQ(per_item(6), 1);
+    // 2 q/k sequences x 4 key heads = 8 groups of 2 units, taken 4 to an item on 1 and 2
+    // threads, 2 on 4 and 5, 1 on 3 (pairs would take 4 groups' time, not 3) and 8; 6 threads cut
+    // the last 2 groups into slices. The groups go chunk by chunk in turn, the one furthest
+    // behind first: with KDA's strong gates every group cuts its chunks where its own gates span
+    // too much, so their chunks differ. GDA and KDA, mild and strong gates, snapshots, both
+    // state layouts, against single groups (8 threads).
+    const std::vector<std::pair<int, int64_t>> batched = {{1, 4}, {2, 4}, {3, 1}, {4, 2}, {5, 2}, {8, 1}, {6, 1}};
+    for (const auto &[threads, groups] : batched) EXPECT_EQ(groups_per_item(8, true, threads), groups) << threads;
     EXPECT_EQ(gdn::cpu::forward_split(8, 2, 6, true).slices, 2);
     for (bool kda : {false, true})
         for (Gate gate : {Gate::Mild, Gate::Strong})
             for (StateLayout layout : {StateLayout::KeyMajor, StateLayout::ValueMajor}) {
                 Case c = shape_case(Op::Forward, kda, gate, {32, 32, 4, 8, 150, 2, 2, 3});
                 c.state_layout = layout;
-                SCOPED_TRACE(c.label());
-                TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
-                const auto single_groups = outputs_of(c, inputs, 8);
-                for (int threads : {1, 2, 3, 4, 5, 6})
-                    EXPECT_TRUE(bitwise_equal(single_groups, outputs_of(c, inputs, threads))) << threads;
+                expect_bits_as_on(c, 8, {1, 2, 3, 4, 5, 6});
             }
     // Packed sequences (cu_seqlens), all chunked: 3 sequences x 4 key heads = 12 groups, taken 4
     // to an item on 1 and 3 threads, 2 on 2 and 6, 1 on 4 and 12; no item mixes sequences.
-    const auto packed_per_item = [&](int threads) {
-        const gdn::cpu::ForwardSplit split = gdn::cpu::forward_split(12, 2, threads, false);
-        return gdn::cpu::forward_groups_per_item(split, 12, 4, 1, threads, small_state, gdn::cpu::l2_cache_bytes());
-    };
-    EXPECT_EQ(packed_per_item(1), 4);
-    EXPECT_EQ(packed_per_item(2), 2);
-    EXPECT_EQ(packed_per_item(3), 4);
-    EXPECT_EQ(packed_per_item(4), 1);
-    EXPECT_EQ(packed_per_item(6), 2);
-    EXPECT_EQ(packed_per_item(12), 1);
+    const std::vector<std::pair<int, int64_t>> packed = {{1, 4}, {2, 2}, {3, 4}, {4, 1}, {6, 2}, {12, 1}};
+    for (const auto &[threads, groups] : packed) EXPECT_EQ(groups_per_item(12, false, threads), groups) << threads;
     for (bool kda : {false, true}) {
         Case c = shape_case(Op::Forward, kda, Gate::Strong, {32, 32, 4, 8, 200, 1, 1, 1});
         c.pack(3);
         for (size_t n = 1; n < c.cu_seqlens.size(); ++n) EXPECT_GT(c.cu_seqlens[n] - c.cu_seqlens[n - 1], 16);
-        SCOPED_TRACE(c.label());
-        TensorSet inputs = make_inputs(c, GDN_TYPE_F32, c.seed(0));
-        const auto single_groups = outputs_of(c, inputs, 12);
-        for (int threads : {1, 2, 3, 4, 6})
-            EXPECT_TRUE(bitwise_equal(single_groups, outputs_of(c, inputs, threads))) << threads;
+        expect_bits_as_on(c, 12, {1, 2, 3, 4, 6});
     }
 }
 
