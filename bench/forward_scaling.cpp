@@ -159,7 +159,8 @@ int main(int argc, char **argv) {
         for (int64_t g = 0; g < groups; ++g)
             for (const auto &cut : cuts) {
                 const Clock::time_point t = Clock::now();
-                cpu::forward_group(a, g / d.Hk, {g % d.Hk, g % d.Hk + 1}, max_chunk, cut.first.first, cut.first.second,
+                const int64_t kh = g % d.Hk;
+                cpu::forward_group(a, g / d.Hk, {kh, kh + 1}, max_chunk, cut.first.first, cut.first.second,
                                    {cut.second.first, cut.second.second}, w);
                 const double s = seconds_since(t);
                 auto [it, fresh] = time.emplace(ItemKey{g, cut}, s);

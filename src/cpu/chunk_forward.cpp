@@ -61,11 +61,9 @@ void forward_group(const ForwardArgs &call, int64_t bq, KeyHeads heads, int64_t 
     // are read by all of them while their pages' translations are still in the TLB: a token's
     // rows of neighbouring key heads share pages, and the rows of the caller's tensors are a
     // token stride apart, each token's on pages of its own.
-    int64_t start[kMaxForwardGroups];
-    for (int64_t i = 0; i < groups; ++i) {
+    int64_t start[kMaxForwardGroups] = {};  // each group's next chunk
+    for (int64_t i = 0; i < groups; ++i)
         w.planners[i].reset(GroupRef{call.g, &call.dims, bq, heads.begin + i}, max_len);  // (the plan reads no value extent)
-        start[i] = 0;
-    }
     const auto furthest_behind = [&]() {
         int64_t next = -1;
         for (int64_t i = 0; i < groups; ++i)
@@ -78,9 +76,9 @@ void forward_group(const ForwardArgs &call, int64_t bq, KeyHeads heads, int64_t 
         const int64_t t1 = w.planners[i].next_end(t0, planned), L = t1 - t0;
         start[i] = t1;
         load_group_chunk(*call.q, *call.k, d, bq, kh, t0, L, with_out, c);
-        // The rows of the chunk run next (of the group then furthest behind), in the order it reads
-        // them (asked for at its longest), paced over this chunk's unit steps (PacedPrefetch: the rows of a whole
-        // chunk at once overflow the line-fill buffers).
+        // The rows of the chunk run next (of the group then furthest behind), in the order it
+        // reads them (asked for at its longest), paced over this chunk's unit steps
+        // (PacedPrefetch: the rows of a whole chunk at once overflow the line-fill buffers).
         w.next_rows.start(static_cast<int>((unit_end - unit_begin) * (with_out ? 4 : 3)));
         if (const int64_t n = furthest_behind(); n >= 0) {
             const int64_t next_kh = heads.begin + n, n0 = start[n], n1 = std::min(d.T, n0 + max_len);

@@ -347,9 +347,9 @@ private:
                                  cpu::ForwardWork &w) {
         const Dims &d = a.dims;
         const int64_t block = item % cut.blocks, slice = item / cut.blocks % cut.slices;
-        const int64_t group = item / cut.blocks / cut.slices;
+        const int64_t group = item / cut.blocks / cut.slices, kh = group % d.Hk;
         const cpu::UnitRange r = cpu::slice_units(cpu::units_of(d), cut.slices, slice);
-        cpu::forward_group(a, group / d.Hk, {group % d.Hk, group % d.Hk + 1}, max_chunk, r.begin, r.end,
+        cpu::forward_group(a, group / d.Hk, {kh, kh + 1}, max_chunk, r.begin, r.end,
                            cpu::column_block(d.Sv, cpu::gemm_panel_width(), cut.blocks, block), w);
     }
 
