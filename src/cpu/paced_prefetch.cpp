@@ -46,12 +46,8 @@ void PacedPrefetch::issue(int64_t lines) {
             // A read waits on memory, and so puts the page's translation in the TLB for the
             // prefetches of the row's other lines (a prefetch that misses the TLB was seen not to
             // bring its line).
-            // Into L2, not L1 (locality 2: prefetcht1): a chunk's rows (80 KiB at the 27B shape)
-            // would evict the products' panels from L1 a chunk before the rows are read, and the
-            // gathers pull them from L2 just ahead of use (chunk_core's rows_ahead). On Zen 4, with
-            // items of several groups, this took 0.96-0.97 of the time of prefetches into L1.
             if (i == 0 && r.read) (void)*reinterpret_cast<const volatile char *>(r.read);
-            else __builtin_prefetch(reinterpret_cast<const char *>(r.first + uintptr_t(i) * line), 0, 2);
+            else __builtin_prefetch(reinterpret_cast<const char *>(r.first + uintptr_t(i) * line), 0, 3);
         }
         lines -= n;
         line_ += n;
