@@ -4,7 +4,10 @@
 // change is judged by loading the library before and after it (each copied to a name of its own,
 // so that the loader keeps both) and alternating their calls: A B B A A B ... on the same
 // inputs, threads and outputs. Prints the median time of each, the ratio of medians B / A and
-// the quartiles of the per-pair ratios, and whether the two gave the same bits.
+// the quartiles of the per-pair ratios, and whether the two gave the same bits. A gain seen here
+// is confirmed with bench/perf_in_turn.py (gdn-ops perf, each build in processes of its own)
+// before it is kept: the alternation once favoured a change by 3-4% in both orders that took
+// the same time there (docs/PERF.md, "What did not pay").
 //
 //   ab_calls A.so B.so [--op forward|backward] [--threads N] [--calls N] [--tokens T]
 //            [--batch B] [--seqs N] [--heads Hk,Hv] [--dims Sk,Sv] [--kda]

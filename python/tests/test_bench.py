@@ -1,6 +1,6 @@
 """The benchmarks: python -m gdn.bench's no-binding baseline computes what the binding computes, and it runs;
 bench/context_parallel.py's slices hold the whole's values, and its memory mode runs; bench/perf_steps.py
-counts each function's samples in its step."""
+counts each function's samples in its step; bench/perf_in_turn.py pairs two builds' times case by case."""
 
 import subprocess
 import sys
@@ -163,6 +163,25 @@ def test_perf_steps_counts_each_function_in_its_step():
         "state loads and stores": 1.0,
     }
     assert other == 0.75 and [symbol for _, symbol in others] == ["__memset_avx512_unaligned_erms"]
+
+
+def test_perf_in_turn_pairs_each_rounds_times_by_case():
+    """bench/perf_in_turn.py: the timed cases of a gdn-ops perf JSON document, and per case the
+    medians' ratio and the per-round ratios, over the cases every round of both builds timed."""
+    in_turn, _ = _bench_script("perf_in_turn.py")
+    document = {"results": [
+        {"case": "A(T=1)", "verdict": "timed", "metrics": {"ms": 2.0}},
+        {"case": "B(T=2)", "verdict": "failed", "metrics": {}},
+    ]}
+    assert in_turn.timed_ms(document) == {"A(T=1)": 2.0}
+    rounds = [({"x": 10.0, "y": 4.0}, {"x": 9.0, "y": 4.0}),
+              ({"x": 12.0, "y": 4.0}, {"x": 9.0}),  # y was not timed by the new build this round
+              ({"x": 11.0, "y": 4.0}, {"x": 11.0, "y": 5.0})]
+    [(case, old, new, ratio, per_round)] = in_turn.summarise(rounds)
+    assert case == "x" and old == [10.0, 12.0, 11.0] and new == [9.0, 9.0, 11.0]
+    assert ratio == 9.0 / 11.0 and per_round == sorted([0.9, 0.75, 1.0])
+    assert in_turn.quartiles([1, 2, 3, 4]) == (2, 4)
+    assert in_turn.summarise([]) == []
 
 
 def test_context_parallel_bench_slices_hold_the_wholes_values():
