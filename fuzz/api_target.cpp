@@ -247,10 +247,15 @@ void compare_outputs(const Call &c, const std::vector<uint8_t> &before, bool exa
             const bool same = got == want || (std::isnan(got) && std::isnan(want));
             // A float-accumulating backend within 1e-3 of the tensor's largest value; a BF16 or F16
             // result also within one unit in its last place (its F32 result and ref's may round to
-            // neighbours); with bf16 products (2^-8 per operand) within 2^-4 of the largest value.
+            // neighbours), which below the smallest normal is the subnormals' fixed spacing (2^-24
+            // for F16, 2^-133 for BF16: an F16 dq of 1.3e-5 once differed from ref by that);
+            // with bf16 products (2^-8 per operand) within 2^-4 of the largest value.
             double tolerance = 1e-3 * (scale + 1e-6);
-            if (raw_type(t) == GDN_TYPE_BF16 || raw_type(t) == GDN_TYPE_F16)
-                tolerance += std::ldexp(std::max(std::fabs(got), std::fabs(want)), raw_type(t) == GDN_TYPE_BF16 ? -7 : -10);
+            if (raw_type(t) == GDN_TYPE_BF16 || raw_type(t) == GDN_TYPE_F16) {
+                const bool bf16 = raw_type(t) == GDN_TYPE_BF16;
+                tolerance += std::max(std::ldexp(std::max(std::fabs(got), std::fabs(want)), bf16 ? -7 : -10),
+                                      bf16 ? 0x1p-133 : 0x1p-24);
+            }
             if (c.precision == GDN_PRECISION_BF16) tolerance = std::max(tolerance, 0x1p-4 * (call_scale + 1e-6));
             if (exact ? same : (!tame || !std::isfinite(scale) || same || std::fabs(got - want) <= tolerance)) continue;
             char msg[200];
