@@ -26,7 +26,7 @@ STEPS = [
     # The F32 kernels per ISA, the bf16 ones (AVX512_BF16, AMX, their packing), not a namespace's
     # row conversions (the portable ones live in a namespace `generic` too).
     ("GEMM micro-kernels and packing", r"::(bf16_)?(avx512|avx2|sse2|neon|amx|generic)::(?!\w*_to_f)|bf16_detail|gemm"),
-    ("next-chunk prefetches", r"PacedPrefetch|prefetch_rows|prefetch_unit_rows"),
+    ("next-chunk prefetches", r"PacedPrefetch|prefetch_rows"),
     ("streamed stores (outputs, checkpoints, kept Z)", r"stream_store_row|store_rows_streamed|store_token_rows"),
     ("triangles and substitutions", r"::add_rows|::trmm|chunk_deltas|solve_adjoint|lower_product"),
     ("gates, exp, decay masks, KDA's scaled rows", r"exp_to_float|kda_gated_rows|compute_gates|decayed_lower|"

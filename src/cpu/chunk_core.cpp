@@ -384,13 +384,6 @@ void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_e
     }
 }
 
-void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
-                        int64_t t_begin, int64_t t_end, Pages pages) {
-    prefetch_rows(v, u.h, t_begin, t_end, u.b, d.Sv, pages);
-    prefetch_rows(g, u.h, t_begin, t_end, u.b, d.gate_width, pages);
-    prefetch_rows(&beta, u.h, t_begin, t_end, u.b, 1, pages);
-}
-
 void trmm(Tri tri, int64_t L, int64_t n, float alpha, Mat t, const float *b, int64_t ldb, float c_scale, float *c,
           int64_t ldc, float *pack) {
     constexpr int64_t block = 16;

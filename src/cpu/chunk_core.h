@@ -235,10 +235,6 @@ void advance_state(const float *s, float *s_next, int64_t L, ChunkScratch &w);
 enum class Pages { Prefetched, Read };
 void prefetch_rows(const gdn_tensor *t, int64_t i1, int64_t t_begin, int64_t t_end, int64_t i3, int64_t row_elements,
                    Pages pages = Pages::Prefetched);
-// The rows chunk_deltas and prepare_unit_chunk read for tokens [t_begin, t_end) of the unit: v
-// and g (nullptr: none; a KDA gate row is Sk elements, a token stride from the next one) and beta.
-void prefetch_unit_rows(const gdn_tensor *v, const gdn_tensor *g, const gdn_tensor &beta, const Dims &d, ChunkUnit u,
-                        int64_t t_begin, int64_t t_end, Pages pages = Pages::Prefetched);
 
 // C = alpha T B + c_scale C for an L x L triangle T (read through a Mat view, so T may be the
 // transpose of a stored lower triangle) and B (L x n, leading dimension ldb). Only the entries
