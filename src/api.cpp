@@ -141,10 +141,10 @@ gdn::Status read_indices(gdn_context *ctx, Args &args) {
 }
 
 // Sequences without tokens compute nothing: their states pass through (core/empty_sequences.h).
-// Run after the backend, so that a call that fails leaves every output as it was.
-template <class Args>
-gdn::Status copy_empty_sequences(gdn_context *ctx, const Args &args) {
-    for (const gdn::StateCopy &c : gdn::empty_sequence_copies(args)) GDN_TRY(ctx->backend->copy_state(c));
+// The list is made before the backend runs (it allocates: a call that runs out of memory there
+// has written nothing) and copied after it, so that a call that fails leaves every output as it was.
+gdn::Status copy_empty_sequences(gdn_context *ctx, const std::vector<gdn::StateCopy> &copies) {
+    for (const gdn::StateCopy &c : copies) GDN_TRY(ctx->backend->copy_state(c));
     return {};
 }
 
@@ -158,8 +158,10 @@ struct Mode {
 };
 
 gdn::Status check_share(const Mode &m) {
-    if (m.nth < 1 || m.ith < 0 || m.ith >= m.nth)
-        return gdn::fail(GDN_ERROR_INVALID_ARGUMENT, "share ith = %d of nth = %d: need nth >= 1 and 0 <= ith < nth", m.ith, m.nth);
+    // nth is bounded as a context's n_threads is: a share's schedule takes time and memory in nth.
+    if (m.nth < 1 || m.nth > GDN_MAX_THREADS || m.ith < 0 || m.ith >= m.nth)
+        return gdn::fail(GDN_ERROR_INVALID_ARGUMENT, "share ith = %d of nth = %d: need 1 <= nth <= %d and 0 <= ith < nth",
+                         m.ith, m.nth, GDN_MAX_THREADS);
     return {};
 }
 
@@ -173,9 +175,11 @@ gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor 
         GDN_TRY(read_indices(ctx, args));
         GDN_TRY(ctx->backend->supports(args.dims, false));
         if (!m.compute || (args.out == nullptr && args.states == nullptr)) return {};  // nothing asked for
+        const std::vector<gdn::StateCopy> copies =
+            m.ith == 0 ? gdn::empty_sequence_copies(args) : std::vector<gdn::StateCopy>{};
         if (gdn::sequences_with_tokens(args.dims, args.offsets) > 0)
             GDN_TRY(m.share ? ctx->backend->forward_share(args, m.ith, m.nth) : ctx->backend->forward(args));
-        return m.ith == 0 ? copy_empty_sequences(ctx, args) : gdn::Status{};
+        return copy_empty_sequences(ctx, copies);
     });
 }
 
@@ -191,9 +195,11 @@ gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor
         GDN_TRY(ctx->backend->supports(args.dims, true));
         const bool wanted = args.dq || args.dk || args.dv || args.dg || args.dbeta || args.ds0;
         if (!m.compute || !wanted) return {};  // nothing asked for
+        const std::vector<gdn::StateCopy> copies =
+            m.ith == 0 ? gdn::empty_sequence_copies(args) : std::vector<gdn::StateCopy>{};
         if (gdn::sequences_with_tokens(args.dims, args.offsets) > 0)
             GDN_TRY(m.share ? ctx->backend->backward_share(args, m.ith, m.nth) : ctx->backend->backward(args));
-        return m.ith == 0 ? copy_empty_sequences(ctx, args) : gdn::Status{};
+        return copy_empty_sequences(ctx, copies);
     });
 }
 

@@ -99,7 +99,8 @@ typedef struct gdn_problem {              /* the forward's inputs, shared by bot
     gdn_tensor   q, k, v, g, beta;        /* [Sk,Hk,T,Bq] [Sk,Hk,T,Bq] [Sv,Hv,T,B] [1|Sk,Hv,T,B] [1,Hv,T,B] */
     gdn_tensor   state;                   /* s0, [Sk,Sv,Hv,B]; data == NULL: zero initial state */
     double       scale;                   /* multiplies o; 0 = 1/sqrt(Sk) unless scale_is_explicit */
-    int          scale_is_explicit;       /* nonzero: scale is used as given, 0.0 included */
+    int          scale_is_explicit;       /* nonzero: scale is used as given, 0.0 included (finite;
+                                             |scale| <= FLT_MAX with F32 states) */
     gdn_head_map head_map;
     /* Packed variable-length sequences (docs/VARLEN.md); data == NULL: absent, every tensor as
      * above. Present: I32 or I64, ne = {N+1, 1, 1, 1}, contiguous, offsets non-decreasing
@@ -191,7 +192,7 @@ GDN_API gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p,
                                       const gdn_grads *grads);
 
 /* Caller-provided threads (a ggml custom op, an OpenMP team, a job system): share ith of nth
- * (0 <= ith < nth) of one gdn_forward / gdn_backward, computed on the calling thread. The call's
+ * (0 <= ith < nth <= GDN_MAX_THREADS) of one gdn_forward / gdn_backward, computed on the calling thread. The call's
  * result is complete once every share ith = 0 .. nth-1 has returned GDN_OK, each run exactly
  * once, on any threads, concurrently or one after another; it is the same, bit for bit, as
  * gdn_forward / gdn_backward for every nth (the cpu backend's static partition by work unit,

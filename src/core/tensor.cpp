@@ -172,9 +172,10 @@ bool overlaps(const gdn_tensor &a, const gdn_tensor &b) {
                 return false;
         }
     }
-    if (row_count(rows_a) + row_count(rows_b) > kMaxEnumeratedRows) return true;
+    const int64_t count_a = row_count(rows_a), count_b = row_count(rows_b);  // each below 2^63, not their sum
+    if (count_a > kMaxEnumeratedRows || count_b > kMaxEnumeratedRows - count_a) return true;
     std::vector<Interval> rows;
-    rows.reserve(static_cast<size_t>(row_count(rows_a) + row_count(rows_b)));
+    rows.reserve(static_cast<size_t>(count_a + count_b));
     append_rows(rows_a, 0, rows);
     append_rows(rows_b, 1, rows);
     return any_intersection(rows, true);

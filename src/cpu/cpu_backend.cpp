@@ -26,6 +26,7 @@
 //
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
+#include <cinttypes>
 #include <system_error>
 #include <utility>
 #include <thread>
@@ -56,6 +57,40 @@ using cpu::BackwardLayout;
 constexpr int64_t per_token_max_tokens_forward = 16;
 constexpr int64_t per_token_max_tokens_backward = 0;
 
+// A bound on the floats one worker's scratch holds for a call, or -1 where the count overflows
+// int64: a group's running states and the chunk scratch, and for the backward its checkpoints and
+// replays (a few states per chunk at most) and the token rows it keeps (Z, KDA's e);
+// cpu/chunk_core.h, chunk_drivers.h and backward_steps.cpp size them exactly once the call is
+// accepted. Loose by a small factor, and checked before anything is sized, so that sizes no
+// machine holds are refused instead of overflowing.
+int64_t worker_scratch_floats_bound(const Dims &d, int64_t chunk, bool backward) {
+    struct Checked {
+        int64_t value;
+        bool overflow = false;
+        Checked times(Checked x) const {
+            Checked r = *this;
+            r.overflow |= x.overflow || __builtin_mul_overflow(value, x.value, &r.value);
+            return r;
+        }
+        Checked plus(Checked x) const {
+            Checked r = *this;
+            r.overflow |= x.overflow || __builtin_add_overflow(value, x.value, &r.value);
+            return r;
+        }
+    };
+    const Checked units{d.value_heads_per_key_head() * d.sequences_per_qk_sequence()};  // (a ratio of counts)
+    const int64_t C = std::max<int64_t>(chunk, 1);  // at most T, or 1
+    const Checked row = Checked{d.Sk}.plus({d.Sv}).plus({d.gate_width}).plus({C});  // a token's k, v, g; a chunk row
+    const Checked states_per_unit =
+        backward ? Checked{d.T / C + 1}.times({2}).plus({4}) : Checked{cpu::kMaxForwardGroups + 4};
+    const Checked states = Checked{d.Sk}.times({d.Sv}).times(states_per_unit).times(units);
+    const Checked kept_rows = backward ? Checked{d.T}.times(units).times(row) : Checked{0};
+    const Checked chunk_rows = Checked{C}.times({16 * cpu::kRoundChunks}).times(units).times(row);
+    const Checked packing = Checked{std::max({d.Sk, d.Sv, C})}.times({128});
+    const Checked total = states.plus(kept_rows).plus(chunk_rows).plus(packing);
+    return total.overflow ? -1 : total.value;
+}
+
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(const gdn_context_params &p)
@@ -72,12 +107,22 @@ public:
     // call. precision = BF16 runs the chunk products on gemm_bf16 where its kernel is AMX (the
     // chunked form only: cpu/chunk_core.h, bf16_products); elsewhere, and in the per-token form,
     // it computes as EXACT, which SPEC 3.1 allows.
-    Status supports(const Dims &d, bool) const override {
-        if (d.state_type == GDN_TYPE_F32 && d.type != GDN_TYPE_F64) return {};
-        return fail(GDN_ERROR_TYPE,
-                    "the cpu backend computes in F32: it takes q/k/v F32, BF16 or F16 with F32 states (SPEC 3.1); "
-                    "this call has q/k/v %s, beta %s, g %s, states %s",
-                    type_name(d.type), type_name(d.beta_type), type_name(d.gate_type), type_name(d.state_type));
+    // Sizes whose scratch no machine holds (a worker's over 2^40 bytes, or a count past int64)
+    // are refused before anything is sized, as ref refuses them.
+    Status supports(const Dims &d, bool backward) const override {
+        if (d.state_type != GDN_TYPE_F32 || d.type == GDN_TYPE_F64)
+            return fail(GDN_ERROR_TYPE,
+                        "the cpu backend computes in F32: it takes q/k/v F32, BF16 or F16 with F32 states (SPEC 3.1); "
+                        "this call has q/k/v %s, beta %s, g %s, states %s",
+                        type_name(d.type), type_name(d.beta_type), type_name(d.gate_type), type_name(d.state_type));
+        constexpr int64_t kMaxWorkerScratchBytes = int64_t{1} << 40;
+        const int64_t floats = worker_scratch_floats_bound(d, chunk_length(d, backward), backward);
+        if (floats < 0 || floats > kMaxWorkerScratchBytes / static_cast<int64_t>(sizeof(double)))
+            return fail(GDN_ERROR_UNSUPPORTED,
+                        "the cpu backend's scratch for Sk = %" PRId64 ", Sv = %" PRId64 ", T = %" PRId64
+                        " and %" PRId64 " value heads per key head would exceed 2^40 bytes per thread",
+                        d.Sk, d.Sv, d.T, d.value_heads_per_key_head() * d.sequences_per_qk_sequence());
+        return {};
     }
 
     Status forward(const ForwardArgs &packed) override {

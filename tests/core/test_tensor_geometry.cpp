@@ -141,6 +141,17 @@ TEST(TensorGeometry, OverlapAmongTooManyRowsToEnumerateIsFound) {
     EXPECT_TRUE(self_overlaps(t));
 }
 
+TEST(TensorGeometry, RowCountsWhoseSumOverflowsAreTooManyToEnumerate) {
+    // Each tensor's row count fits int64 (about 2^63 - 2^42 rows of a BF16 input that overlaps
+    // itself, as inputs may, spanning a few MB), their sum does not: the answer is the
+    // conservative true, not an overflowed count.
+    const int64_t n = int64_t{1} << 21;
+    const gdn_tensor q = layout(kBase + 4096, {1, n, n, n - 1}, {2, 2, 2, 2}, GDN_TYPE_BF16);
+    const gdn_tensor states = layout(kBase, {1, 1, n, 2 * (n - 1)}, packed({1, 1, n, 2 * (n - 1)}));
+    EXPECT_TRUE(overlaps(q, states));
+    EXPECT_TRUE(overlaps(states, q));
+}
+
 TEST(TensorGeometry, HugeStridesDoNotOverflow) {
     const int64_t big = int64_t{1} << 40;
     EXPECT_FALSE(self_overlaps(layout(kBase, {4, 3, 2, 2}, {4, big, 4 * big, 16})));

@@ -5,10 +5,12 @@
 // here are inaccessible), attempt no large allocation, and return at once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "big_allocations.h"
 #include "dense_problem.h"
@@ -217,6 +219,101 @@ TEST_F(Limits, StateTooLargeForAnyMachineIsRefused) {
                 << gdn_status_string(o.status) << " " << o.message;
             EXPECT_LE(o.largest_allocation, size_t{1} << 40) << "an allocation of " << o.largest_allocation << " bytes was attempted";
         }
+    }
+}
+
+// Head sizes whose scratch no machine holds, on every host backend: the dry run answers what the
+// call answers (SPEC 4.1), UNSUPPORTED, with nothing large allocated. (Sk * Sv = 2^63 + 2^32
+// wraps int64 to 2^32; at Sk = Sv = 2^32 it wraps to 0.)
+TEST_F(Limits, HeadSizesPastAnyMachineAreRefusedByTheDryRunAsByTheCall) {
+    const int64_t sizes[][2] = {{int64_t{1} << 20, int64_t{1} << 20},
+                                {int64_t{1} << 31, int64_t{1} << 31},
+                                {int64_t{1} << 32, (int64_t{1} << 31) + 1},
+                                {int64_t{1} << 32, int64_t{1} << 32}};
+    for (const char *backend : {"ref", "cpu"}) {
+        if (!gdn_backend_available(backend)) continue;
+        gdn_context *ctx = make_context(backend, 1);
+        for (const auto &size : sizes) {
+            SCOPED_TRACE(std::string(backend) + ": Sk = " + std::to_string(size[0]) + ", Sv = " + std::to_string(size[1]));
+            HugeCall call(size[0], size[1], 1, 1, 1);
+            const Outcome outcomes[] = {
+                timed(ctx, [&] { return gdn_check_forward(ctx, &call.p, &call.out, nullptr); }),
+                timed(ctx, [&] { return gdn_forward(ctx, &call.p, &call.out, nullptr); }),
+                timed(ctx, [&] { return gdn_check_backward(ctx, &call.p, &call.d_out, nullptr, &call.grads); }),
+                timed(ctx, [&] { return gdn_backward(ctx, &call.p, &call.d_out, nullptr, &call.grads); }),
+            };
+            for (const Outcome &o : outcomes) {
+                EXPECT_EQ(o.status, GDN_ERROR_UNSUPPORTED) << gdn_status_string(o.status) << " " << o.message;
+                EXPECT_NE(o.message.find("2^40 bytes"), std::string::npos) << o.message;
+                EXPECT_LT(o.largest_allocation, kSmallAllocation);
+            }
+        }
+        gdn_context_free(ctx);
+    }
+}
+
+// A share count past what a context may run (GDN_MAX_THREADS) is refused at once: a share's
+// schedule takes time and memory in nth.
+TEST_F(Limits, ShareCountsPastTheThreadLimitAreRefused) {
+    if (!gdn_backend_available("cpu")) GTEST_SKIP() << "no cpu backend";
+    gdn_context *ctx = make_context("cpu", 1);
+    DenseProblem problem(Sizes{}, GDN_TYPE_F32, 7);
+    gdn_problem p = problem.problem();
+    gdn_tensor out = problem.out.tensor();
+    for (int nth : {GDN_MAX_THREADS + 1, 1 << 26, std::numeric_limits<int>::max()}) {
+        const Outcome o = timed(ctx, [&] { return gdn_forward_share(ctx, &p, &out, nullptr, 0, nth); });
+        EXPECT_EQ(o.status, GDN_ERROR_INVALID_ARGUMENT) << "nth = " << nth << ": " << o.message;
+        EXPECT_LT(o.seconds, 0.5);
+        EXPECT_LT(o.largest_allocation, kSmallAllocation);
+    }
+    EXPECT_EQ(gdn_forward_share(ctx, &p, &out, nullptr, 0, GDN_MAX_THREADS), GDN_OK) << gdn_last_error(ctx);
+    gdn_context_free(ctx);
+}
+
+// SPEC 6: a call that fails leaves every output as it was, an allocation failure included. Here
+// one sequence has a token and 2^20 have none: the list of their state copies (about 160 MB)
+// cannot be allocated, after the backend could have written the first sequence's output.
+TEST_F(Limits, AnAllocationThatFailsLeavesEveryOutputAsItWas) {
+    const int64_t N = int64_t{1} << 20;
+    std::vector<int32_t> offsets(N + 1, 1);
+    offsets[0] = 0;
+    gdn_tensor cu_seqlens = contiguous(offsets.data(), N + 1, 1, 1, 1, GDN_TYPE_I32);
+    for (const char *backend : {"ref", "cpu"}) {
+        if (!gdn_backend_available(backend)) continue;
+        SCOPED_TRACE(backend);
+        gdn_context *ctx = make_context(backend, 1);
+        Sizes s;
+        s.Sk = s.Sv = 2;
+        s.Hk = s.Hv = 1;
+        s.T = 1;
+        DenseProblem one_token(s, GDN_TYPE_F32, 11);
+        gdn_problem p = one_token.problem();
+        p.cu_seqlens = cu_seqlens;
+        std::vector<float> s0(static_cast<size_t>(4 * N), 0.5f), states(s0.size(), -7.0f), ds0(s0.size(), -7.0f);
+        std::vector<float> out(2, -7.0f), dv(2, -7.0f), d_states(s0.size(), 0.25f);
+        p.state = contiguous(s0.data(), 2, 2, 1, N);
+        gdn_tensor out_t = contiguous(out.data(), 2, 1, 1, 1), states_t = contiguous(states.data(), 2, 2, 1, N);
+        gdn_tensor d_out_t = one_token.d_out.tensor(), d_states_t = contiguous(d_states.data(), 2, 2, 1, N);
+        gdn_grads grads{};
+        grads.v = contiguous(dv.data(), 2, 1, 1, 1);
+        grads.state = contiguous(ds0.data(), 2, 2, 1, N);
+        ASSERT_EQ(gdn_check_forward(ctx, &p, &out_t, &states_t), GDN_OK) << gdn_last_error(ctx);
+        gdn_status forward, backward;
+        {
+            RefuseAllocationsOver limit(size_t{64} << 20);  // the call's own vectors fit; the copies' list does not
+            forward = gdn_forward(ctx, &p, &out_t, &states_t);
+            backward = gdn_backward(ctx, &p, &d_out_t, &d_states_t, &grads);
+        }
+        EXPECT_EQ(forward, GDN_ERROR_OUT_OF_MEMORY) << gdn_last_error(ctx);
+        EXPECT_EQ(backward, GDN_ERROR_OUT_OF_MEMORY) << gdn_last_error(ctx);
+        for (const std::vector<float> *written : {&out, &states, &dv, &ds0})
+            EXPECT_EQ(std::count(written->begin(), written->end(), -7.0f), static_cast<std::ptrdiff_t>(written->size()));
+        // With the memory there, the same calls run.
+        EXPECT_EQ(gdn_forward(ctx, &p, &out_t, &states_t), GDN_OK) << gdn_last_error(ctx);
+        EXPECT_EQ(states[4 * (N - 1)], 0.5f);
+        EXPECT_EQ(gdn_backward(ctx, &p, &d_out_t, &d_states_t, &grads), GDN_OK) << gdn_last_error(ctx);
+        EXPECT_EQ(ds0[4 * (N - 1)], 0.25f);
+        gdn_context_free(ctx);
     }
 }
 
