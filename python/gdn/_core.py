@@ -135,13 +135,16 @@ def release_workspaces():
 
 
 def default_context(backend=None, device=0, stream=None, threads=None):
-    """The calling thread's context for these settings, created on first use and kept."""
-    key = (backend, int(device), _stream_handle(stream), threads)
+    """The calling thread's context for these settings, created on first use and kept. One per
+    backend, device and stream: asked with another thread count, the thread's context there is
+    replaced (its threads and workspace freed once no call holds it), so a program that changes
+    torch's thread count keeps one pool and one workspace, not one per count it used."""
+    key = (backend, int(device), _stream_handle(stream))
     cache = getattr(_local, "contexts", None)
     if cache is None:
         cache = _local.contexts = {}
     ctx = cache.get(key)
-    if ctx is None:
+    if ctx is None or ctx.threads != threads:
         ctx = cache[key] = Context(backend, threads=threads, device=device, stream=stream)
         with _every_default_context_lock:
             _every_default_context.add(ctx)
@@ -195,7 +198,11 @@ def _empty(like, shape, state=False):
 
 
 def _shape(array):
-    return tuple(int(n) for n in array.shape)
+    shape = getattr(array, "shape", None)
+    if shape is None:
+        raise _errors.InvalidArgumentError(
+            f"gdn reads arrays (torch tensors, numpy arrays, anything with __dlpack__); got {type(array).__name__}")
+    return tuple(int(n) for n in shape)
 
 
 def _state_shape(q, v, slots):

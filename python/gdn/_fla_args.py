@@ -164,7 +164,13 @@ def activated_gate(g, A_log, dt_bias):
         raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs A_log")
     if g is None:
         raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs g (the raw pre-activation)")
-    return -A_log.exp() * torch.nn.functional.softplus(g if dt_bias is None else g + dt_bias)
+    # In float32 (float64 in a float64 call) whatever the inputs' dtype, as FLA computes it: bf16
+    # arithmetic here would round each gate by up to 0.4%.
+    dtype = torch.promote_types(torch.promote_types(g.dtype, A_log.dtype), torch.float32)
+    if dt_bias is not None:
+        dtype = torch.promote_types(dtype, dt_bias.dtype)
+    x = g.to(dtype) if dt_bias is None else g.to(dtype) + dt_bias.to(dtype)
+    return -A_log.to(dtype).exp() * torch.nn.functional.softplus(x)
 
 
 def _readable_per_head(t):

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -203,7 +204,10 @@ public:
         t.ne[1] = t.ne[2] = t.ne[3] = 1;
         t.nb[0] = t.ne[0] == 1 ? item : view.strides[0] * item;
         t.nb[1] = t.nb[2] = t.nb[3] = t.ne[0] * item;
-        t.data = view.data;
+        // An empty vector given (no sequences: a serving step with no requests) is not an absent
+        // one, but PyTorch gives it a NULL data pointer, which the C API reads as absent.
+        static const int64_t no_entries = 0;
+        t.data = view.data != nullptr || t.ne[0] != 0 ? view.data : const_cast<int64_t *>(&no_entries);
         return t;
     }
 
@@ -280,6 +284,30 @@ private:
     std::deque<OutArray> outputs_;
 };
 
+// torch's own in-place writes bump a tensor's version counter, so that autograd refuses a backward
+// that saved the values overwritten; the arrays gdn writes through DLPack get the same, after a
+// call that wrote them. Inference tensors have no version counter. Without torch imported there is
+// no torch tensor to mark.
+void mark_written(std::initializer_list<nb::handle> arrays) {
+    struct Torch {
+        nb::object tensor, increment_version;
+        nb::object is_inference = nb::str("is_inference");
+    };
+    static const Torch *torch = nullptr;  // under the GIL
+    if (torch == nullptr) {
+        PyObject *module = PyImport_GetModule(nb::str("torch").ptr());  // only if already imported
+        if (module == nullptr) {
+            PyErr_Clear();
+            return;
+        }
+        nb::module_ m = nb::steal<nb::module_>(module);
+        torch = new Torch{m.attr("Tensor"), nb::module_::import_("torch.autograd.graph").attr("increment_version")};
+    }
+    for (nb::handle a : arrays)
+        if (!a.is_none() && nb::isinstance(a, torch->tensor) && !nb::cast<bool>(a.attr(torch->is_inference)()))
+            torch->increment_version(a);
+}
+
 // scale: None is the library's default 1/sqrt(Sk); any value, 0.0 included, is used as given.
 // Every array argument is a nb::handle: None (absent) or an array, converted by Binder.
 using Arg = nb::handle;
@@ -324,6 +352,7 @@ void forward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg 
         status = dry_run ? gdn_check_forward(ctx.raw(), &p, o_ptr, s_ptr) : gdn_forward(ctx.raw(), &p, o_ptr, s_ptr);
     }
     ctx.check(status);
+    if (!dry_run) mark_written({out, states});
 }
 
 // gdn.torch's decoding step (fused_recurrent_gated_delta_rule with the state updated in place):
@@ -336,17 +365,22 @@ void forward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg 
 // dtype, FLA's ranks ([B, T, H, K] q and k, [B, T, HV, V] v, [B, T, HV] g and beta, a 4-d
 // state), q and v of one [B, T], and a scale that is None or a finite float. Where one fails, or
 // the library refuses the call (it writes nothing then, SPEC 6), it returns None and the caller
-// takes the general path, which says what is wrong in FLA's terms. Else the output: `out` when
-// given (written), or a new tensor like v.
+// takes the general path, which says what is wrong in FLA's terms. As torch's in-place ops: an
+// inference tensor (the state, out) is written only in inference mode, and the state's and out's
+// version counters are bumped (mark_written). Else the output: `out` when given (written), or a
+// new tensor like v.
 nb::object decoding_step(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg state_indices, Arg out,
                          Arg scale, bool state_kv, int precision) {
     struct Torch {
-        nb::object tensor, is_grad_enabled, empty_like, contiguous_format;
-        nb::object requires_grad = nb::str("requires_grad"), memory_format = nb::str("memory_format");
+        nb::object tensor, is_grad_enabled, is_inference_mode_enabled, empty_like, contiguous_format, increment_version;
+        nb::object requires_grad = nb::str("requires_grad"), memory_format = nb::str("memory_format"),
+                   is_inference = nb::str("is_inference");
     };
     static const Torch *torch = [] {  // under the GIL; kept for the process, as torch itself is
         nb::module_ m = nb::module_::import_("torch");
-        return new Torch{m.attr("Tensor"), m.attr("is_grad_enabled"), m.attr("empty_like"), m.attr("contiguous_format")};
+        return new Torch{m.attr("Tensor"), m.attr("is_grad_enabled"), m.attr("is_inference_mode_enabled"),
+                         m.attr("empty_like"), m.attr("contiguous_format"),
+                         nb::module_::import_("torch.autograd.graph").attr("increment_version")};
     }();
     const nb::handle tensors[] = {q, k, v, g, beta, state};
     for (nb::handle t : tensors)
@@ -360,6 +394,10 @@ nb::object decoding_step(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
             if (nb::cast<bool>(t.attr(torch->requires_grad))) return nb::none();
         if (!out.is_none() && nb::cast<bool>(out.attr(torch->requires_grad))) return nb::none();
     }
+    const bool state_counted = !nb::cast<bool>(state.attr(torch->is_inference)()),
+               out_counted = !out.is_none() && !nb::cast<bool>(out.attr(torch->is_inference)());
+    if ((!state_counted || (!out.is_none() && !out_counted)) && !nb::cast<bool>(torch->is_inference_mode_enabled()))
+        return nb::none();
     const auto floating = [](gdn_type t) {
         return t == GDN_TYPE_F32 || t == GDN_TYPE_F64 || t == GDN_TYPE_BF16 || t == GDN_TYPE_F16;
     };
@@ -393,6 +431,8 @@ nb::object decoding_step(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg
     }
     switch (status) {
     case GDN_OK:
+        if (state_counted) torch->increment_version(state);
+        if (out_counted) torch->increment_version(out);
         return o;
     case GDN_ERROR_INVALID_ARGUMENT:
     case GDN_ERROR_SHAPE:
@@ -425,6 +465,7 @@ void backward(Context &ctx, Arg q, Arg k, Arg v, Arg g, Arg beta, Arg state, Arg
                          : gdn_backward(ctx.raw(), &p, do_ptr, ds_ptr, &grads);
     }
     ctx.check(status);
+    if (!dry_run) mark_written({dq, dk, dv, dg, dbeta, dstate});
 }
 
 }  // namespace

@@ -176,3 +176,17 @@ def test_fla_gate_and_beta_options():
     torch.testing.assert_close(o, o_ref, rtol=1e-14, atol=1e-14)
     with pytest.raises(gdn.InvalidArgumentError, match="allow_neg_eigval"):
         gt.chunk_gated_delta_rule(q, k, v, a, b, allow_neg_eigval=True)
+
+
+def test_the_gate_in_kernel_is_computed_in_float32_from_half_inputs():
+    """use_gate_in_kernel with bfloat16 g, A_log and dt_bias: -exp(A_log) softplus(g + dt_bias) in
+    float32, as FLA computes it (in bfloat16 each gate would be rounded by up to 0.4%)."""
+    q, k, v, a, b, h0 = (t.float() for t in inputs())
+    A_log, dt_bias = torch.randn(v.shape[2]), torch.randn(v.shape[2])
+    half = [t.bfloat16() for t in (a, A_log, dt_bias)]
+    with gt.backend("cpu"):
+        o, _ = gt.chunk_gated_delta_rule(q, k, v, half[0], b, initial_state=h0, use_gate_in_kernel=True,
+                                         A_log=half[1], dt_bias=half[2])
+        g = -half[1].float().exp() * torch.nn.functional.softplus(half[0].float() + half[2].float())
+        o_ref, _ = gt.chunk_gated_delta_rule(q, k, v, g, b, initial_state=h0)
+    assert torch.equal(o, o_ref)

@@ -237,3 +237,22 @@ def test_release_workspaces_reaches_every_threads_contexts():
     assert held[0].workspace_bytes > 0
     gdn._core.release_workspaces()
     assert held[0].workspace_bytes == 0
+
+
+def test_a_threads_default_context_follows_the_thread_count_asked():
+    """One default context per backend, device and stream on a thread: asked with another thread
+    count it is replaced, so a program that changes the count keeps one pool and one workspace."""
+    first = gdn.default_context("cpu", threads=1)
+    assert gdn.default_context("cpu", threads=1) is first
+    second = gdn.default_context("cpu", threads=2)
+    assert second is not first and second.threads == 2
+    assert gdn.default_context("cpu", threads=2) is second
+    cached = [c for c in gdn._core._local.contexts.values() if c.backend == "cpu"]
+    assert cached == [second]
+
+
+def test_an_argument_that_is_not_an_array_raises_a_gdn_error():
+    rng = np.random.default_rng(5)
+    q, k, v, g, beta, state = make_inputs(rng)
+    with pytest.raises(gdn.InvalidArgumentError, match="got list"):
+        gdn.forward(q, k, v.tolist(), g, beta, state)

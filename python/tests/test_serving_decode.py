@@ -317,3 +317,94 @@ def test_bad_pool_calls_raise_a_gdn_error_and_change_nothing(index):
         gt.fused_recurrent_gated_delta_rule(**args)
     for name, t in before.items():
         assert torch.equal(args[name], t), name
+
+
+def general_path_gates(g, K):
+    """g per key channel (gk): what the one-call path does not take, so the general path runs."""
+    return dict(gk=g.unsqueeze(-1).expand(*g.shape, K).contiguous())
+
+
+@pytest.mark.parametrize("general_path", [False, True])
+def test_in_place_writes_count_as_in_place_ops_for_autograd(general_path):
+    """The pool and out= are written as torch's in-place ops write: their version counters move,
+    so a backward that saved their old values refuses to run instead of using the new ones."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=4, T=1))
+    gates = general_path_gates(g, q.shape[-1]) if general_path else dict(g=g)
+    pool, out = pool_of(7, dtype=torch.float32), torch.zeros_like(v)
+    w = torch.ones((), requires_grad=True)
+    saved_pool, saved_out = (pool * w).sum(), (out * w).sum()  # mul saves pool and out for its backward
+    versions = pool._version, out._version
+    with gt.backend("cpu"), torch.no_grad():
+        gt.fused_recurrent_gated_delta_rule(q, k, v, **gates, beta=beta, initial_state=pool,
+                                            ssm_state_indices=torch.tensor([5, -1, 0, 2]), out=out)
+    assert pool._version > versions[0] and out._version > versions[1]
+    for saved in (saved_pool, saved_out):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            saved.backward()
+
+
+def test_the_lowlevel_layer_counts_its_writes_into_torch_tensors():
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=3))
+    gate, rate = g.unsqueeze(-1), beta.unsqueeze(-1)
+    out, states = torch.zeros_like(v), torch.zeros(2, v.shape[2], v.shape[3], q.shape[3])
+    before = out._version, states._version
+    gdn.forward(q, k, v, gate, rate, out=out, states=states, head_map="grouped", ctx=gdn.Context("cpu", threads=1))
+    assert out._version > before[0] and states._version > before[1]
+    dq = torch.zeros_like(q)
+    gdn.backward(q, k, v, gate, rate, d_out=torch.ones_like(v), dq=dq, head_map="grouped",
+                 ctx=gdn.Context("cpu", threads=1))
+    assert dq._version > 0
+
+
+@pytest.mark.parametrize("general_path", [False, True])
+def test_a_step_with_no_sequences_leaves_the_pool_as_it_was(general_path):
+    """B = 0 (a serving step with no decode requests): an empty index tensor, whose data pointer
+    torch leaves NULL, names no slot; it is not read as 'no indices'."""
+    K, V, HV = 8, 6, 4
+    q, k = torch.zeros(0, 1, 2, K), torch.zeros(0, 1, 2, K)
+    v, g, beta = torch.zeros(0, 1, HV, V), torch.zeros(0, 1, HV), torch.zeros(0, 1, HV)
+    gates = general_path_gates(g, K) if general_path else dict(g=g)
+    pool = pool_of(3, dtype=torch.float32)
+    before = pool.clone()
+    with gt.backend("cpu"), torch.no_grad():
+        o, final = gt.fused_recurrent_gated_delta_rule(q, k, v, **gates, beta=beta, initial_state=pool,
+                                                       ssm_state_indices=torch.empty(0, dtype=torch.int64))
+    assert o.shape == v.shape and final is pool and torch.equal(pool, before)
+
+
+def test_strided_indices_name_the_same_slots_as_contiguous_ones():
+    """A column of a block table, say: indices every other entry of a tensor."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=4, T=1))
+    table = torch.tensor([[5, 9], [-1, 9], [0, 9], [2, 9]])
+    strided = table[:, 0]
+    assert strided.stride(0) == 2
+    pools = [pool_of(7, dtype=torch.float32) for _ in range(2)]
+    with gt.backend("cpu"), torch.no_grad():
+        o, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pools[0],
+                                                   ssm_state_indices=strided.contiguous())
+        o2, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pools[1],
+                                                    ssm_state_indices=strided)
+    assert torch.equal(o, o2) and torch.equal(pools[0], pools[1])
+
+
+@pytest.mark.parametrize("general_path", [False, True])
+@pytest.mark.parametrize("written", ["pool", "out"])
+def test_inference_tensors_are_written_only_in_inference_mode(general_path, written):
+    """As torch's in-place ops: an inference tensor (made under torch.inference_mode()) is updated
+    inside inference mode, and refused outside it, on either path, with nothing written."""
+    q, k, v, g, beta = (t.float() for t in inputs(B=4, T=1))
+    gates = general_path_gates(g, q.shape[-1]) if general_path else dict(g=g)
+    with torch.inference_mode():
+        made_in_inference_mode = pool_of(7, dtype=torch.float32), torch.zeros_like(v)
+    pool, out = made_in_inference_mode[0] if written == "pool" else pool_of(7, dtype=torch.float32), made_in_inference_mode[1]
+    assert pool.is_inference() == (written == "pool")
+    call = dict(q=q, k=k, v=v, **gates, beta=beta, initial_state=pool, ssm_state_indices=torch.tensor([5, -1, 0, 2]),
+                out=out if written == "out" else None)
+    before = pool.clone(), out.clone()
+    with gt.backend("cpu"), torch.no_grad():
+        with pytest.raises(gdn.InvalidArgumentError, match="inference tensor"):
+            gt.fused_recurrent_gated_delta_rule(**call)
+    assert torch.equal(pool, before[0]) and torch.equal(out, before[1])
+    with gt.backend("cpu"), torch.inference_mode():
+        gt.fused_recurrent_gated_delta_rule(**call)
+    assert not torch.equal(pool, before[0])

@@ -332,6 +332,10 @@ def _check_updatable(state, p, inputs):
         raise _errors.UnsupportedError(
             "the in-place state update (inplace_final_state, or state indices) has no autograd: it overwrites the "
             "initial state the backward needs. Run it under torch.no_grad(), or pass inplace_final_state=False")
+    # (Under torch.compile the registered op runs, which torch checks so itself.)
+    if not torch.compiler.is_compiling() and state.is_inference() and not torch.is_inference_mode_enabled():
+        raise _errors.InvalidArgumentError(
+            "initial_state is an inference tensor: update it in place inside torch.inference_mode()")
 
 
 def _gathered(pool, indices):
@@ -433,7 +437,7 @@ def _check_out(out, q, v, inputs):
         raise _errors.UnsupportedError("out= has no autograd: run under torch.no_grad(), or leave out unset")
     if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
         raise _errors.LayoutError(f"out has strides {tuple(out.stride())}: an output's elements must not overlap")
-    if out.is_inference() and not torch.is_inference_mode_enabled():
+    if not torch.compiler.is_compiling() and out.is_inference() and not torch.is_inference_mode_enabled():
         raise _errors.InvalidArgumentError("out is an inference tensor: write it inside torch.inference_mode()")
 
 
@@ -479,6 +483,7 @@ def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_fina
             raise _errors.InvalidArgumentError("ssm_state_indices name slots of initial_state, the state pool: pass it")
         check_state(initial_state, q, v, p.sequences, v_first, pooled=True)
         check_state_indices(indices, p.sequences, q.device)
+        indices = indices.contiguous()  # a column of a block table, say: the library reads N contiguous integers
     elif initial_state is not None:
         check_state(initial_state, q, v, p.sequences, v_first)
     if inplace_final_state:
