@@ -63,11 +63,14 @@ gdn_status run_guarded(std::string &message, Fn &&fn) noexcept {
     }
 }
 
-// A call on a context: its message becomes the context's last error.
+// A call on a context: its message becomes the context's last error. A share that succeeds
+// leaves it as it is, so that after a call's shares have all returned it holds the message of one
+// that failed (the shares finish in any order).
 template <class Fn>
-gdn_status guarded(gdn_context *ctx, Fn &&fn) noexcept {
+gdn_status guarded(gdn_context *ctx, bool share, Fn &&fn) noexcept {
     std::string message;
     const gdn_status code = run_guarded(message, fn);
+    if (share && code == GDN_OK) return code;
     std::lock_guard<std::mutex> lock(ctx->error_mutex);
     ctx->last_error.swap(message);
     return code;
@@ -167,7 +170,7 @@ gdn::Status check_share(const Mode &m) {
 
 gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *out, const gdn_tensor *states, Mode m) {
     if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
-    return guarded(ctx, [&]() -> gdn::Status {
+    return guarded(ctx, m.share, [&]() -> gdn::Status {
         GDN_TRY(check_share(m));
         gdn::ForwardArgs args;
         GDN_TRY(gdn::validate_forward(p, out, states, args));
@@ -186,7 +189,7 @@ gdn_status run_forward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor 
 gdn_status run_backward(gdn_context *ctx, const gdn_problem *p, const gdn_tensor *d_out, const gdn_tensor *d_states,
                         const gdn_grads *grads, Mode m) {
     if (ctx == nullptr) return GDN_ERROR_INVALID_ARGUMENT;
-    return guarded(ctx, [&]() -> gdn::Status {
+    return guarded(ctx, m.share, [&]() -> gdn::Status {
         GDN_TRY(check_share(m));
         gdn::BackwardArgs args;
         GDN_TRY(gdn::validate_backward(p, d_out, d_states, grads, args));

@@ -204,8 +204,10 @@ GDN_API gdn_status gdn_check_backward(gdn_context *ctx, const gdn_problem *p,
  *   ref, cuda: share 0 runs the whole call, the others return GDN_OK at once; one call at a time.
  * Every share validates the whole call before it writes anything, so bad arguments fail every
  * share alike and nothing is written; only GDN_ERROR_OUT_OF_MEMORY in one share can leave
- * other shares' outputs written. gdn_last_error holds the message of the last failed share;
- * gdn_context_workspace_bytes does not count the threads' share scratch. */
+ * other shares' outputs written. A share that succeeds leaves gdn_last_error as it was, so once
+ * the shares have returned it holds the message of the last one that failed (read it then: a
+ * share failing meanwhile replaces it); gdn_context_workspace_bytes does not count the threads'
+ * share scratch. */
 GDN_API gdn_status gdn_forward_share(gdn_context *ctx, const gdn_problem *p,
                                      const gdn_tensor *out, const gdn_tensor *states,
                                      int ith, int nth);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -162,6 +163,29 @@ TEST(CpuShares, BadSharesAreRefusedAndWriteNothing) {
     wrong.k.ne[0] = 8;
     for (int ith = 0; ith < 2; ++ith) EXPECT_EQ(gdn_forward_share(ctx, &wrong, &o, &states, ith, 2), GDN_ERROR_SHAPE);
     for (double x : outputs.read("out")) EXPECT_TRUE(std::isnan(x));
+    gdn_context_free(ctx);
+}
+
+// Shares finish in any order: one that succeeds after one that failed leaves the failure's
+// message for the caller to read once all have returned (a whole call's success clears it).
+TEST(CpuShares, ASucceedingShareLeavesTheMessageOfOneThatFailed) {
+    const Case c = make_case(Op::Forward, false, {16, 16, 1, 2, 10, 1, 1, 1});
+    TensorSet inputs = make_inputs(c, GDN_TYPE_F32, 3);
+    TensorSet outputs = make_outputs(c, GDN_TYPE_F32);
+    Mirror in(inputs, host_memory()), out(outputs, host_memory());
+    const gdn_problem p = problem_of(c, in);
+    const gdn_tensor o = out.tensor("out"), states = out.tensor("states");
+    gdn_context *ctx = nullptr;
+    ASSERT_EQ(gdn_context_create("cpu", nullptr, &ctx), GDN_OK);
+    gdn_problem wrong = p;
+    wrong.k.ne[0] = 8;
+    ASSERT_EQ(gdn_forward_share(ctx, &wrong, &o, &states, 0, 2), GDN_ERROR_SHAPE);
+    const std::string failure = gdn_last_error(ctx);
+    ASSERT_NE(failure.find("k.ne"), std::string::npos) << failure;
+    EXPECT_EQ(gdn_forward_share(ctx, &p, &o, &states, 1, 2), GDN_OK);
+    EXPECT_EQ(gdn_last_error(ctx), failure);
+    EXPECT_EQ(gdn_forward(ctx, &p, &o, &states), GDN_OK);
+    EXPECT_STREQ(gdn_last_error(ctx), "");
     gdn_context_free(ctx);
 }
 
