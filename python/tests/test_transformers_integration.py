@@ -208,8 +208,30 @@ def test_adapter_honours_packed_sequences():
         assert relative_error(state[i], state_ref[0]) < 1e-12
 
 
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next"])
+def test_packed_sequences_give_what_separate_sequences_give(name):
+    """Padding-free training (DataCollatorWithFlattening: position_ids and cu_seq_lens_q) through
+    a whole model of linear-attention layers: the short convolution keeps the sequences apart as
+    the delta rule does (its PyTorch fallback alone would run across them)."""
+    require(name)
+    config = tiny_model(name).config
+    config.layer_types = ["linear_attention", "linear_attention"]
+    config.num_hidden_layers = 2
+    torch.manual_seed(0)
+    model = type(tiny_model(name))(config).double().eval()
+    a, b = tokens(1, 11, seed=3), tokens(1, 7, seed=4)
+    offsets = torch.tensor([0, 11, 18], dtype=torch.int32)
+    packing = dict(position_ids=torch.cat([torch.arange(11), torch.arange(7)])[None], cu_seq_lens_q=offsets,
+                   cu_seq_lens_k=offsets, max_length_q=11, max_length_k=11, use_cache=False)
+    with gdn_hf.patched():
+        separate = torch.cat([model(a, use_cache=False).logits, model(b, use_cache=False).logits], 1)
+        packed = model(torch.cat([a, b], 1), **packing).logits
+    assert relative_error(packed, separate) < 1e-12
+
+
 def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
     require("qwen3_5")  # transformers >= 5.1: the layers call module globals
+    convolutions = {name: modeling(name).causal_conv1d_fn for name in gdn_hf.MODELS}
     originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in gdn_hf.MODELS}
     assert gdn_hf.patched_models() == ()
     assert gdn_hf.patch() == tuple(gdn_hf.MODELS)
@@ -223,6 +245,37 @@ def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
     assert gdn_hf.unpatch() == ()
     for name, (chunk, recurrent) in originals.items():
         assert getattr(modeling(name), CHUNK) is chunk and getattr(modeling(name), RECURRENT) is recurrent
+        assert modeling(name).causal_conv1d_fn is convolutions[name]
+
+
+def test_overlapping_blocks_and_a_patch_inside_a_block_keep_what_they_patched():
+    """patched() blocks on two threads overlap: the first to end leaves the other's models patched;
+    an explicit patch() inside a block outlives it."""
+    require("qwen3_5")
+    first, second = gdn_hf.patched(), gdn_hf.patched("qwen3_5")
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gdn_hf.patched_models() == ("qwen3_5",)
+    second.__exit__(None, None, None)
+    assert gdn_hf.patched_models() == ()
+    with gdn_hf.patched():
+        gdn_hf.patch("qwen3_next")
+    assert gdn_hf.patched_models() == ("qwen3_next",)
+    gdn_hf.unpatch()
+
+
+def test_a_parameter_the_adapter_does_not_know_leaves_the_model_unpatched(monkeypatch):
+    """A later transformers whose function takes, say, a padding mask: the adapter would drop it."""
+    require("qwen3_5")
+    def with_mask(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
+                  use_qk_l2norm_in_kernel=False, attention_mask=None, **kwargs):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(modeling("qwen3_5"), CHUNK, with_mask)
+    with pytest.warns(UserWarning, match="qwen3_5.*does not know: attention_mask"):
+        assert gdn_hf.patch() == ("qwen3_5_moe", "qwen3_next")
+    gdn_hf.unpatch()
 
 
 def test_context_manager_leaves_an_outer_patch_in_place():

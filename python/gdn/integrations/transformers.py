@@ -22,8 +22,10 @@ How: ``patch()`` targets what each model's layer (``Qwen3_5GatedDeltaNet``,
   built before or after, and keeps what each instance assigned, for ``unpatch()``.
 
 Every layer of that model type then calls gdn; ``unpatch()`` puts back the very objects it
-replaced. Nothing else changes: the convolution, the norms, the cache and the attention layers
-stay transformers' own. ``Cache.get_recurrent_state`` is wrapped, while anything is patched, only
+replaced. Where the modeling module has a ``causal_conv1d_fn`` (the layer's short convolution),
+it is wrapped so that packed sequences are convolved one by one (_SegmentedConvolution below);
+otherwise the convolution is transformers' own call, and so are the norms, the cache and the
+attention layers. ``Cache.get_recurrent_state`` is wrapped, while anything is patched, only
 to observe which state the cache hands to a layer (the decoding step updates that one in place:
 _cache_states).
 
@@ -37,8 +39,8 @@ ignored (gdn chooses its own blocking; the result is the same recurrence); the f
 gdn's state dtype (float32, or float64 for float64 inputs, where transformers' function rounds
 to float32); the decoding step updates the cache's state in place (``recurrent_gated_delta_rule``
 below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences,
-passed by the layer as ``cu_seq_lens_q``) works, where transformers' function refuses it without
-FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the layer passes is ignored, as
+passed by the layer as ``cu_seq_lens_q``) works, the convolution before it included, where
+transformers' function refuses it without FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the layer passes is ignored, as
 transformers' function ignores it.
 
 Which transformers: the check is by structure, not by version string. A model is patched only
@@ -84,12 +86,18 @@ _EXPECTED_PARAMETERS = {
     _RECURRENT: ("query", "key", "value", "g", "beta", "initial_state", "output_final_state",
                  "use_qk_l2norm_in_kernel"),
 }
+# Keywords the adapters take beyond those (FLA's, which transformers' functions may name too).
+_KNOWN_KEYWORDS = ("cu_seqlens", "scale")
 # Layers that bind the functions on the instance: attribute name -> the module function it falls back to.
 _INSTANCE_ATTRIBUTES = {"chunk_gated_delta_rule": _CHUNK, "recurrent_gated_delta_rule": _RECURRENT}
 
 _lock = threading.RLock()
 _originals = {}  # short name -> {("global" | "attribute", name): the object patch() replaced, or _ABSENT}
 _ABSENT = object()
+# Why a model is patched: by patch() (until unpatch()), and by how many patched() blocks now
+# running, on any thread; a block's exit unpatches a model only when neither remains.
+_explicit = set()
+_blocks = {}
 
 def _gated_delta_rule(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                       cu_seqlens, scale):
@@ -143,6 +151,50 @@ def recurrent_gated_delta_rule(query, key, value, g, beta, initial_state=None, o
 
 
 _ADAPTERS = {_CHUNK: chunk_gated_delta_rule, _RECURRENT: recurrent_gated_delta_rule}
+
+_CONVOLUTION = "causal_conv1d_fn"
+# The keywords that carry packed sequences' boundaries (and their maxima) from the model's call.
+_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "cu_seqlens", "max_length_q", "max_length_k", "seq_idx")
+
+
+class _SegmentedConvolution:
+    """transformers' ``causal_conv1d_fn`` (whatever the module holds: the PyTorch fallback or a hub
+    kernel), run sequence by sequence when the layer passes packed sequences' boundaries.
+
+    Packed sequences reach the delta rule, which keeps them apart, through the layer's short causal
+    convolution, whose PyTorch fallback ignores the boundaries: the first kernel-width - 1 tokens
+    of each sequence would see the end of the one before, and the recurrence would carry that
+    into the whole sequence. Without boundaries the call is the original's, as it was.
+    """
+
+    def __init__(self, original):
+        self.original = original
+
+    def __call__(self, hidden_states, weight, bias=None, activation=None, **kwargs):
+        offsets = kwargs.get("cu_seq_lens_q", kwargs.get("cu_seqlens"))
+        if offsets is None:
+            return self.original(hidden_states, weight, bias, activation=activation, **kwargs)
+        rest = {key: value for key, value in kwargs.items() if key not in _PACKING_KEYWORDS}
+        bounds = [int(x) for x in offsets.tolist()]
+        tokens = hidden_states.shape[-1]
+        if hidden_states.shape[0] != 1 or not bounds or bounds[0] != 0 or bounds[-1] != tokens:
+            raise ValueError(
+                f"packed sequences: the offsets {bounds[:4]}{'...' if len(bounds) > 4 else ''} (ending at "
+                f"{bounds[-1] if bounds else None}) do not cut the convolution's {tokens} tokens of a batch of "
+                f"{hidden_states.shape[0]} (packed sequences are one batch row, and cannot be run on a cache)")
+        parts = [self.original(hidden_states[..., a:b], weight, bias, activation=activation, **rest)
+                 for a, b in zip(bounds, bounds[1:]) if b > a]
+        if not parts:
+            return self.original(hidden_states, weight, bias, activation=activation, **rest)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def _installed_as(kind, key, current):
+    """Whether ``current`` (what the owner holds at ``key``) is what patch() installs there."""
+    if key == _CONVOLUTION:
+        return isinstance(current, _SegmentedConvolution)
+    adapter = _ADAPTERS[key if kind == "global" else _INSTANCE_ATTRIBUTES[key]]
+    return current is adapter or (isinstance(current, _InstanceAdapter) and current.adapter is adapter)
 
 
 class _InstanceAdapter:
@@ -199,6 +251,12 @@ def _signature_problem(function_name, function, need_var_keyword):
         found = ", ".join(str(p) for p in parameters)
         needs = " and take **kwargs" if need_var_keyword else ""
         return f"{function_name}({found}) does not start with ({', '.join(expected)}){needs}"
+    # A parameter the adapters do not know (a padding mask, say) may change the result: the
+    # adapters would drop what the layer passes in it.
+    unknown = [p.name for p in parameters[len(expected):]
+               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in _KNOWN_KEYWORDS]
+    if unknown:
+        return f"{function_name} takes parameters gdn's adapter does not know: {', '.join(unknown)}"
     return None
 
 
@@ -248,6 +306,10 @@ def _targets(name):
             problem = _signature_problem(function_name, current, need_var_keyword=targets[-1][0] == "global")
             if problem:
                 return None, (False, f"{module_name}: {problem}")
+    convolution = getattr(module, _CONVOLUTION, None)
+    if callable(convolution):
+        original = convolution.original if isinstance(convolution, _SegmentedConvolution) else convolution
+        targets.append(("global", _CONVOLUTION, _SegmentedConvolution(original)))
     return (module, layer, tuple(targets)), None
 
 
@@ -264,9 +326,9 @@ def _install(found, kind, key, adapter):
         setattr(owner, key, _InstanceAdapter(key, adapter))
 
 
-def _is_installed(found, kind, key, adapter):
-    current = _owner(found, kind).__dict__.get(key, _ABSENT) if kind == "attribute" else getattr(found[0], key)
-    return current is adapter or (isinstance(current, _InstanceAdapter) and current.adapter is adapter)
+def _is_installed(found, kind, key):
+    current = _owner(found, kind).__dict__.get(key, _ABSENT) if kind == "attribute" else getattr(found[0], key, _ABSENT)
+    return _installed_as(kind, key, current)
 
 
 def _select(models):
@@ -290,6 +352,13 @@ def patch(models=None):
     requested models can be patched, with the reason for each; warns about a present model whose
     structure is not what gdn knows, when others are patched.
     """
+    with _lock:
+        now = _patch(models)
+        _explicit.update(now)
+    return now
+
+
+def _patch(models):
     names = _select(models)
     version = _transformers_version()
     if version is None:
@@ -309,7 +378,7 @@ def patch(models=None):
             found = inspected[name][0]
             saved = _originals.setdefault(name, {})
             for kind, key, adapter in found[2]:
-                if not _is_installed(found, kind, key, adapter):
+                if not _is_installed(found, kind, key):
                     owner = _owner(found, kind)
                     saved[(kind, key)] = getattr(owner, key) if kind == "global" else owner.__dict__.get(key, _ABSENT)
                     _install(found, kind, key, adapter)
@@ -318,7 +387,7 @@ def patch(models=None):
     if changed:
         warnings.warn("gdn.integrations.transformers.patch(): left on transformers' own functions (structure "
                       f"not as gdn knows it, transformers {version}): " +
-                      "; ".join(f"{n}: {r}" for n, r in changed.items()), UserWarning, stacklevel=2)
+                      "; ".join(f"{n}: {r}" for n, r in changed.items()), UserWarning, stacklevel=4)
     return tuple(ok)
 
 
@@ -326,8 +395,15 @@ def unpatch(models=None):
     """Put back the functions ``patch()`` replaced (all models, or those named). Returns the names restored.
 
     A function that something else has replaced since ``patch()`` is left as it is, with a warning.
+    It unpatches also what a ``patched()`` block still running patched.
     """
     names = _select(models)
+    with _lock:
+        _explicit.difference_update(names)
+        return _unpatch(names)
+
+
+def _unpatch(names):
     restored = []
     with _lock:
         for name in names:
@@ -338,10 +414,9 @@ def unpatch(models=None):
             layer = getattr(module, MODELS[name][1])
             for (kind, key), original in saved.items():
                 owner = module if kind == "global" else layer
-                adapter = _ADAPTERS[key if kind == "global" else _INSTANCE_ATTRIBUTES[key]]
-                if not _is_installed((module, layer, ()), kind, key, adapter):
+                if not _is_installed((module, layer, ()), kind, key):
                     warnings.warn(f"gdn.integrations.transformers.unpatch(): {owner.__name__}.{key} was replaced after "
-                                  "gdn patched it; left as it is", UserWarning, stacklevel=2)
+                                  "gdn patched it; left as it is", UserWarning, stacklevel=4)
                 elif original is _ABSENT:
                     delattr(owner, key)
                 else:
@@ -363,8 +438,7 @@ def patched_models():
             if module is None or not saved:
                 continue
             found = (module, getattr(module, layer_name, None), ())
-            if all(_is_installed(found, kind, key, _ADAPTERS[key if kind == "global" else _INSTANCE_ATTRIBUTES[key]])
-                   for kind, key in saved):
+            if all(_is_installed(found, kind, key) for kind, key in saved):
                 result.append(name)
     return tuple(result)
 
@@ -373,14 +447,19 @@ def patched_models():
 def patched(models=None):
     """``patch(models)`` for the duration of a ``with`` block; yields its return value.
 
-    On exit it unpatches only what it patched: models patched before the block stay patched.
+    On exit a model is unpatched only when nothing else keeps it patched: ``patch()`` (before or
+    during the block), or another ``patched()`` block still running, on this thread or another.
     """
     with _lock:
-        before = set(patched_models())
-        now = patch(models)
+        now = _patch(models)
+        for name in now:
+            _blocks[name] = _blocks.get(name, 0) + 1
     try:
         yield now
     finally:
-        ours = tuple(n for n in now if n not in before)
-        if ours:
-            unpatch(ours)
+        with _lock:
+            for name in now:
+                _blocks[name] -= 1
+            done = tuple(n for n in now if not _blocks[n] and n not in _explicit)
+            if done:
+                _unpatch(done)
