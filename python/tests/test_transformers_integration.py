@@ -27,7 +27,7 @@ from transformers_support import (  # noqa: E402  (the fixtures are used by name
     relative_error, require, tiny_model, tokens)
 
 
-@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next", "qwen3_5_moe"])
+@pytest.mark.parametrize("name", list(gdn_hf.MODELS))
 def test_loss_and_every_gradient_match_unpatched_float64(name, gdn_calls):
     model = tiny_model(name)
     ids = tokens(2, 70)  # T = 70: more than one of transformers' 64-token chunks
@@ -120,11 +120,12 @@ def greedy_with_cache(model, prompt, steps):
     return torch.cat([sequence, logits[-1].argmax(-1, keepdim=True)], dim=1), torch.stack(logits)
 
 
-def test_greedy_generation_with_cache_matches_unpatched(gdn_calls):
-    model = tiny_model("qwen3_5")
+@pytest.mark.parametrize("name", ["qwen3_5", "olmo_hybrid", "lara_mini", "qwen4_exp"])
+def test_greedy_generation_with_cache_matches_unpatched(name, gdn_calls):
+    model = tiny_model(name)
     prompt = tokens(2, 9)
     steps = 6
-    with float64_compute("qwen3_5"):
+    with float64_compute(name):
         sequences_ref = generate(model, prompt, steps)
         by_hand_ref, logits_ref = greedy_with_cache(model, prompt, steps)
         assert not gdn_calls
@@ -231,17 +232,18 @@ def test_packed_sequences_give_what_separate_sequences_give(name):
 
 def test_patch_is_idempotent_and_unpatch_restores_the_very_originals():
     require("qwen3_5")  # transformers >= 5.1: the layers call module globals
-    convolutions = {name: modeling(name).causal_conv1d_fn for name in gdn_hf.MODELS}
-    originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in gdn_hf.MODELS}
+    convolutions = {name: modeling(name).causal_conv1d_fn for name in PRESENT}
+    originals = {name: (getattr(modeling(name), CHUNK), getattr(modeling(name), RECURRENT)) for name in PRESENT}
     assert gdn_hf.patched_models() == ()
-    assert gdn_hf.patch() == tuple(gdn_hf.MODELS)
-    assert gdn_hf.patch() == tuple(gdn_hf.MODELS)
-    for name in gdn_hf.MODELS:
+    assert gdn_hf.patch() == PRESENT
+    assert gdn_hf.patch() == PRESENT
+    for name in PRESENT:
         assert getattr(modeling(name), CHUNK) is gdn_hf.chunk_gated_delta_rule
         assert getattr(modeling(name), RECURRENT) is gdn_hf.recurrent_gated_delta_rule
+    others = tuple(n for n in PRESENT if n != "qwen3_next")
     assert gdn_hf.unpatch("qwen3_next") == ("qwen3_next",)
-    assert gdn_hf.patched_models() == ("qwen3_5", "qwen3_5_moe")
-    assert gdn_hf.unpatch() == ("qwen3_5", "qwen3_5_moe")
+    assert gdn_hf.patched_models() == others
+    assert gdn_hf.unpatch() == others
     assert gdn_hf.unpatch() == ()
     for name, (chunk, recurrent) in originals.items():
         assert getattr(modeling(name), CHUNK) is chunk and getattr(modeling(name), RECURRENT) is recurrent
@@ -274,7 +276,7 @@ def test_a_parameter_the_adapter_does_not_know_leaves_the_model_unpatched(monkey
 
     monkeypatch.setattr(modeling("qwen3_5"), CHUNK, with_mask)
     with pytest.warns(UserWarning, match="qwen3_5.*does not know: attention_mask"):
-        assert gdn_hf.patch() == ("qwen3_5_moe", "qwen3_next")
+        assert gdn_hf.patch() == tuple(n for n in PRESENT if n != "qwen3_5")
     gdn_hf.unpatch()
 
 
@@ -282,7 +284,7 @@ def test_context_manager_leaves_an_outer_patch_in_place():
     require("qwen3_5")  # transformers >= 5.1: the layers call module globals
     gdn_hf.patch("qwen3_5")
     with gdn_hf.patched() as now:
-        assert now == tuple(gdn_hf.MODELS) == gdn_hf.patched_models()
+        assert now == PRESENT == gdn_hf.patched_models()
     assert gdn_hf.patched_models() == ("qwen3_5",)
     with pytest.raises(RuntimeError), gdn_hf.patched("qwen3_next"):
         raise RuntimeError("the block fails")
@@ -305,7 +307,7 @@ def test_changed_signature_is_refused_or_skipped_with_a_warning(monkeypatch):
         gdn_hf.patch(["qwen3_5", "qwen3_next"])
     assert gdn_hf.patched_models() == ()  # the request failed as a whole: nothing patched
     with pytest.warns(UserWarning, match="qwen3_5"):
-        assert gdn_hf.patch() == ("qwen3_5_moe", "qwen3_next")
+        assert gdn_hf.patch() == tuple(n for n in PRESENT if n != "qwen3_5")
     assert getattr(modeling("qwen3_5"), CHUNK) is renamed
 
 

@@ -103,6 +103,20 @@ def tiny_model(name, dtype=torch.float64, seed=0):
             transformers.Qwen3_5ForCausalLM
     elif name == "qwen3_5_moe":
         config, model_class = transformers.Qwen3_5MoeTextConfig(**moe, **common), transformers.Qwen3_5MoeForCausalLM
+    elif name == "olmo_hybrid":  # no head_dim; default special tokens past the tiny vocabulary
+        config = transformers.OlmoHybridConfig(intermediate_size=96, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                               **{k: v for k, v in common.items() if k != "head_dim"})
+        model_class = transformers.OlmoHybridForCausalLM
+    elif name == "lara_mini":
+        config, model_class = transformers.LaraMiniConfig(**moe, **common), transformers.LaraMiniForCausalLM
+    elif name == "qwen4_exp":  # its n-gram embeddings, hyper-connections and indexed attention, made tiny
+        exotic = dict(hc_count=2, hc_lowrank=8, ple_embed_dim=16, ngram_size=2, heads_per_ngram=2,
+                      ngram_vocab_size_base=256, make_ngram_vocab_size_divisible_by=8, split_ngram_parts=2,
+                      indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=16,
+                      indexer_compress_ratio=4)
+        layers = dict(common, layer_types=["linear_attention", "indexed_attention", "linear_attention"])
+        config, model_class = transformers.Qwen4ExpTextConfig(**moe, **exotic, **layers), \
+            transformers.Qwen4ExpForCausalLM
     else:
         config, model_class = transformers.Qwen3NextConfig(intermediate_size=96, **moe, **common), \
             transformers.Qwen3NextForCausalLM
@@ -120,7 +134,8 @@ def loss_and_grads(model, ids):
     # The loss in the logits' dtype (transformers' own loss function upcasts to float32).
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     loss.backward()
-    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    # (Parameters the loss does not reach have no gradient: Qwen4-Exp's unused n-gram tables, say.)
+    return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def relative_error(a, b):

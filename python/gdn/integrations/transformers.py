@@ -1,14 +1,15 @@
-"""Hugging Face transformers' Qwen3.5, Qwen3.5-MoE and Qwen3-Next gated delta-net layers on gdn.
+"""Hugging Face transformers' gated delta-net layers on gdn: Qwen3.5, Qwen3.5-MoE, Qwen3-Next, and
+OLMo-Hybrid, LaraMini and Qwen4-Exp (transformers 5.25).
 
     import gdn.integrations.transformers as gdn_hf
-    gdn_hf.patch()                 # -> ("qwen3_5", "qwen3_5_moe", "qwen3_next"): what now runs on gdn
+    gdn_hf.patch()                 # -> ("qwen3_5", "qwen3_5_moe", "qwen3_next", ...): what now runs on gdn
     ...                            # models built or loaded before or after: prefill, training, decoding
     gdn_hf.unpatch()               # the originals back, exactly
     with gdn_hf.patched(): ...     # or for one block only
 
 How: ``patch()`` targets what each model's layer (``Qwen3_5GatedDeltaNet``,
-``Qwen3_5MoeGatedDeltaNet``, ``Qwen3NextGatedDeltaNet``) actually calls, read from its
-``forward``'s bytecode. transformers has written these layers two ways:
+``Qwen3_5MoeGatedDeltaNet``, ``Qwen3NextGatedDeltaNet``, ... : ``MODELS``) actually calls, read
+from its ``forward``'s bytecode. transformers has written these layers two ways:
 
 - the layer looks up two functions of its modeling module at every call,
   ``torch_chunk_gated_delta_rule`` (prefill, training) and ``torch_recurrent_gated_delta_rule``
@@ -75,6 +76,10 @@ MODELS = {
     "qwen3_5": ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet"),
     "qwen3_5_moe": ("transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", "Qwen3_5MoeGatedDeltaNet"),
     "qwen3_next": ("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextGatedDeltaNet"),
+    # Since transformers 5.25: the same two functions, called the same way.
+    "olmo_hybrid": ("transformers.models.olmo_hybrid.modeling_olmo_hybrid", "OlmoHybridGatedDeltaNet"),
+    "lara_mini": ("transformers.models.lara_mini.modeling_lara_mini", "LaraMiniGatedDeltaNet"),
+    "qwen4_exp": ("transformers.models.qwen4_exp.modeling_qwen4_exp", "Qwen4ExpTextGatedDeltaNet"),
 }
 
 _CHUNK = "torch_chunk_gated_delta_rule"
@@ -344,7 +349,7 @@ def _select(models):
 
 
 def patch(models=None):
-    """Route the gated delta-net layers of transformers' Qwen3.5 / Qwen3.5-MoE / Qwen3-Next to gdn.
+    """Route the gated delta-net layers of transformers' models (``MODELS``) to gdn.
 
     ``models``: None for every model the installed transformers has, or short names from
     ``MODELS`` (all of which must then be patchable). Idempotent. Returns the tuple of short names
