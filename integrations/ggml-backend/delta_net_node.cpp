@@ -3,7 +3,6 @@
 // to a gdn call is ggml_problem.h's, shared with the custom ops of integrations/ggml.
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 
 #include "ggml_problem.h"
 #include "nodes.h"
@@ -50,24 +49,8 @@ gdn_status call_of(const ggml_tensor *node, bool placeholders, gdn_problem &p, F
     return GDN_OK;
 }
 
-// gdn_check_forward needs a context: one cpu context of one thread, for checks only (it runs
-// nothing), guarded because the scheduler may ask from several threads.
 gdn_status check(const gdn_problem &p, const ForwardOutputs &out, std::string &why) {
-    static std::mutex mutex;
-    static gdn_context *ctx = nullptr;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (ctx == nullptr) {
-        gdn_context_params params = gdn_context_default_params();
-        params.n_threads = 1;
-        const gdn_status s = gdn_context_create("cpu", &params, &ctx);
-        if (s != GDN_OK) {
-            why = gdn_last_create_error();
-            return s;
-        }
-    }
-    const gdn_status s = gdn_check_forward(ctx, &p, &out.out, &out.states);
-    if (s != GDN_OK) why = gdn_last_error(ctx);
-    return s;
+    return gdn_ggml::dry_run([&](gdn_context *ctx) { return gdn_check_forward(ctx, &p, &out.out, &out.states); }, why);
 }
 
 }  // namespace

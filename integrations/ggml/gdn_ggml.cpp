@@ -88,26 +88,13 @@ gdn_context *shared_context() {
     return ctx;
 }
 
-// gdn's own checks with placeholder addresses (dry run: nothing runs), on a context of their own
-// and under a lock: graphs may be built on several threads, and a check's message must be read
-// before another call on the context replaces it (the compute context's shares keep running
-// meanwhile).
+// gdn's own checks with placeholder addresses (ggml_problem.h's dry_run: a context of their own,
+// apart from the compute context whose shares may be running meanwhile).
 gdn_status dry_run(Call &c, bool backward, std::string &why) {
-    static std::mutex mutex;
-    static gdn_context *ctx = nullptr;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (ctx == nullptr) {
-        gdn_context_params params = gdn_context_default_params();
-        params.n_threads = 1;
-        if (const gdn_status s = gdn_context_create("cpu", &params, &ctx); s != GDN_OK) {
-            why = gdn_last_create_error();
-            return s;
-        }
-    }
-    const gdn_status s = backward ? gdn_check_backward(ctx, &c.p, &c.d_out, &c.d_states, &c.grads)
-                                  : gdn_check_forward(ctx, &c.p, &c.out, &c.states);
-    if (s != GDN_OK) why = gdn_last_error(ctx);
-    return s;
+    return gdn_ggml::dry_run([&](gdn_context *ctx) {
+        return backward ? gdn_check_backward(ctx, &c.p, &c.d_out, &c.d_states, &c.grads)
+                        : gdn_check_forward(ctx, &c.p, &c.out, &c.states);
+    }, why);
 }
 
 gdn_status check_forward(const ggml_tensor *const src[6], int64_t K, Call &c, std::string &why) {

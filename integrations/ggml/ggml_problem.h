@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include <ggml.h>
@@ -124,6 +125,27 @@ inline void zero_unwritten_slots(const gdn_problem &p, int64_t K, const ForwardO
     if (T >= K) return;
     const int64_t slot = o.states.nb[3] / static_cast<int64_t>(sizeof(float)) * B;
     std::memset(static_cast<float *>(o.states.data) + T * slot, 0, sizeof(float) * (K - T) * slot);
+}
+
+// gdn's dry run `check(ctx)` (gdn_check_forward / gdn_check_backward: nothing runs) on a cpu
+// context of one thread kept for checks alone, under a lock: graphs may be checked on several
+// threads, and a check's message must be read before another call on the context replaces it.
+template <class Check>
+gdn_status dry_run(Check &&check, std::string &why) {
+    static std::mutex mutex;
+    static gdn_context *ctx = nullptr;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (ctx == nullptr) {
+        gdn_context_params params = gdn_context_default_params();
+        params.n_threads = 1;
+        if (const gdn_status s = gdn_context_create("cpu", &params, &ctx); s != GDN_OK) {
+            why = gdn_last_create_error();
+            return s;
+        }
+    }
+    const gdn_status s = check(ctx);
+    if (s != GDN_OK) why = gdn_last_error(ctx);
+    return s;
 }
 
 }  // namespace gdn_ggml
