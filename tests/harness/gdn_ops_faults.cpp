@@ -12,8 +12,11 @@
 //            a packed case's own call agrees with REF, its sequences called apart do not
 //   gathered every call of a case without a pool adds 1 there: a pooled case's own call agrees
 //            with REF, the same call on its states gathered into a plain batch does not
+//   input    the lowest bit of k's first element (an input) is flipped after the call: the
+//            outputs agree with REF, but a backend must leave its inputs as they were
 // Without GDN_OPS_FAULT it is gdn-ops.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +32,8 @@ std::string g_kind, g_backend;
 std::regex g_pattern;
 std::string g_last_label;  // apart: the case of the previous call
 
-void misbehave(const gdn::testkit::Case &c, const gdn::testkit::BackendSession &session, const gdn_tensor &t) {
+void misbehave(const gdn::testkit::Case &c, const gdn::testkit::BackendSession &session, const gdn_tensor &t,
+               const gdn_tensor &k) {
     if (session.spec().label != g_backend || !std::regex_search(c.label(), g_pattern)) return;
     if (g_kind == "segv") std::raise(SIGSEGV);
     if (g_kind == "abort") std::abort();
@@ -40,6 +44,7 @@ void misbehave(const gdn::testkit::Case &c, const gdn::testkit::BackendSession &
         std::memset(static_cast<char *>(t.data) + end, 0x5A, g_kind == "guard" ? 16 : 256);
     }
     if (g_kind == "gathered" && !c.pooled() && session.memory().is_host()) *static_cast<float *>(t.data) += 1.0f;
+    if (g_kind == "input" && session.memory().is_host()) *static_cast<uint8_t *>(k.data) ^= 1;  // (little-endian)
     if (g_kind == "apart" && session.memory().is_host()) {
         if (c.label() == g_last_label) *static_cast<float *>(t.data) += 1.0f;
         g_last_label = c.label();

@@ -74,9 +74,10 @@ struct RunResult {
 
 // A planted fault for the harness's own tests (tests/harness: a crash or a stray write must be
 // one failed case, and the run goes on): called by run_case right after the op returned, with
-// the case's main output (out, or dv for the backward) in the backend's memory. nullptr (the
-// default) everywhere but in that test build.
-using AfterCallHook = void (*)(const Case &c, const BackendSession &session, const gdn_tensor &main_output);
+// the case's main output (out, or dv for the backward) and its input k, in the backend's memory.
+// nullptr (the default) everywhere but in that test build.
+using AfterCallHook = void (*)(const Case &c, const BackendSession &session, const gdn_tensor &main_output,
+                               const gdn_tensor &key_input);
 extern AfterCallHook after_call_hook;
 
 // How a packed case (cu_seqlens) is called: as one call, or each of its sequences apart, as an
@@ -86,6 +87,12 @@ enum class Calls { AsGiven, SequencesApart };
 
 // Runs case c (its op) on the session with the given host inputs; outputs come back to the host.
 RunResult run_case(const Case &c, TensorSet &inputs, BackendSession &session, Calls calls = Calls::AsGiven);
+
+// The case as the backend computed it, for its limits (thresholds.h): a precision=bf16 case
+// whose every output has the bits of the same call at EXACT (a backend computes as EXACT where
+// the host has no native bf16 products, SPEC 3.1) is that EXACT case, held to its limits rather
+// than to the allowance for bf16 products; any other case as it is. Runs the EXACT call.
+Case as_computed(const Case &c, TensorSet &inputs, BackendSession &session, const TensorSet &outputs);
 
 // Whether the session's backend takes the case with these host inputs (gdn_check_forward /
 // gdn_check_backward: validation only, nothing is computed or dereferenced).

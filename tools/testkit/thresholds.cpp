@@ -40,7 +40,10 @@
 //   forward, 1.0e-4 backward) and a per-element estimate of sqrt(R / 3) u_b (7.1e-3, 1.0e-2).
 //   Their limits take the F32 rules' margins over the same kind of estimate: 3x (forward) and
 //   30x (backward) on the NMSE, 20x on the worst element. That part is added to e above.
-//   F32 accumulation errors are those of the F32 limits, already in e.
+//   F32 accumulation errors are those of the F32 limits, already in e. A backend that computes
+//   such a case as EXACT (no native bf16 products on the host: the same bits as the EXACT call)
+//   is held to the EXACT limits instead (runner.h, as_computed), so that a gradient off by a few
+//   percent cannot hide in an allowance for roundings that did not happen.
 //
 // Grad mode compares with 4-point central differences of the ref forward in F64 (truncation
 // O(h^4) ~ 1e-12, rounding ~1e-11 relative), so an F64 backward must agree to 1e-7 and an F32
