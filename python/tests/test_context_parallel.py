@@ -329,9 +329,25 @@ def _disagreeing_worker(rank, store, results):
             gcp.chunk_gated_delta_rule(x, x, v, g, beta, cu_seqlens=offsets)
         with pytest.raises(gdn.InvalidArgumentError, match="the ranks' calls differ"):
             gcp.chunk_gated_delta_rule(x, x, v, g, beta, output_final_state=rank == 0)
+        # q/k/v of another dtype, another scale: each a different call
+        with pytest.raises(gdn.InvalidArgumentError, match="the ranks' calls differ"):
+            gcp.chunk_gated_delta_rule(*((x, x, v) if rank == 0 else (x.double(), x.double(), v.double())), g, beta)
+        with pytest.raises(gdn.InvalidArgumentError, match="the ranks' calls differ"):
+            gcp.chunk_gated_delta_rule(x, x, v, g, beta, scale=0.5 if rank == 0 else 0.25)
+        # A rank that refuses its own arguments raises its error; the other is not left waiting.
+        bad = torch.tensor([0, 25, 20] if rank == 1 else [0, 5, 20])
+        with pytest.raises(gdn.InvalidArgumentError, match="never decrease" if rank == 1 else "rank 1 of the group"):
+            gcp.chunk_gated_delta_rule(x, x, v, g, beta, cu_seqlens=bad)
+        h0 = torch.zeros(1 if rank == 0 else 2, 1, 8, 4)
+        with pytest.raises(gdn.ShapeError if rank == 1 else gdn.InvalidArgumentError,
+                           match="initial_state" if rank == 1 else "refused"):
+            gcp.chunk_gated_delta_rule(x, x, v, g, beta, initial_state=h0)
+        # After all that, the same call on both ranks runs.
+        o, _ = gcp.chunk_gated_delta_rule(x, x, v, g, beta)
+        assert o.shape == v.shape
     finally:
         dist.destroy_process_group()
 
 
-def test_ranks_that_disagree_all_get_the_error_not_a_hang(tmp_path):
+def test_ranks_that_disagree_or_refuse_all_get_an_error_not_a_hang(tmp_path):
     run_workers(_disagreeing_worker, 2, (str(tmp_path / "store"), str(tmp_path)), "disagreeing", timeout=120)

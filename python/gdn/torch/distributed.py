@@ -27,7 +27,8 @@ its slice ends in is known. That gradient is the gradient of the next rank's sta
 sequence goes on past it): each rank computes its ``P^T dO`` (P made again, one forward's work,
 rather than kept: HV K values a token), plus ``M^T`` of its own final-state gradient where the
 sequence ends on it, the ranks all-gather those, and each combines the ranks after it. No rank
-waits for another's compute: one all-gather each way.
+waits for another's compute: a forward makes two all-gathers (the slices' layout, then the
+summaries), a backward one.
 
 Cost per rank, against one process's share of the work: where a sequence continues in, the
 forward adds one pass over those tokens without outputs (M; E too where the sequence passes
@@ -42,8 +43,16 @@ sequence crosses skip it.
 Final states and the initial states' gradients are global ``[N, HV, K, V]`` tensors on every
 rank: row n is filled on the rank that holds sequence n's last token (its first token, for the
 initial state's gradient), zero elsewhere, so their sum over ranks is one process's. A
-zero-length sequence belongs to the rank whose slice starts at or after its offset.
+zero-length sequence belongs to the rank whose slice holds its offset (the last rank with tokens,
+for an offset at the very end).
+
+What every rank must agree on (the offsets, whether an initial state is given and a final state
+wanted, q/k/v's dtype and head sizes, the scale, the l2 normalisation, the precision) rides on
+the layout's all-gather with each rank's slice length, and so does whether a rank refused its own
+arguments: a mismatch or a refusal is an error on every rank, not a hang.
 """
+
+import struct
 
 import bisect
 from typing import List, NamedTuple
@@ -123,22 +132,53 @@ def _all_gather(x, group, world):
     return torch.stack(parts)
 
 
-def _layout(T, offsets, flags, group, world, device):
-    """The ranks' slices. What every rank must agree on rides on the lengths' all-gather (the
-    offsets' count and a checksum, whether they were given, and `flags`: whether an initial state
-    is given and a final state wanted), so that a mismatch is an error on every rank, not a hang
-    or a wrong result. offsets None: the ranks' slices are one sequence."""
+_DTYPE_CODES = {torch.float32: 1, torch.float64: 2, torch.bfloat16: 3, torch.float16: 4}
+_SIGNATURE_LENGTH = 9  # what _signature gives
+
+
+def _signature(v, K, initial_state, want_final, scale, l2norm, precision):
+    """The call's arguments every rank must pass alike, as integers (besides the offsets)."""
+    scale_bits = struct.unpack("<q", struct.pack("<d", float(scale)))[0] if scale is not None else 0
+    return (int(initial_state is not None), int(want_final), _DTYPE_CODES.get(v.dtype, 0), v.shape[2], K, v.shape[3],
+            int(l2norm), int(precision), scale_bits if scale is not None else -1)
+
+
+def _layout_row(T, offsets, signature):
+    """A rank's row of the layout's all-gather: valid, its slice length, the offsets' presence,
+    count and checksum, and the signature. A rank that refused its arguments sends valid = 0."""
+    if offsets is None and signature is None:
+        return [0] * (5 + _SIGNATURE_LENGTH)
     given = offsets is not None
     checksum = sum((i + 1) * c for i, c in enumerate(offsets)) % (1 << 61) if given else 0
-    mine = torch.tensor([T, int(given), len(offsets) if given else 0, checksum, *flags], dtype=torch.int64,
-                        device=device)
+    return [1, T, int(given), len(offsets) if given else 0, checksum, *signature]
+
+
+def _refuse_together(group, device):
+    """This rank refused its arguments: it still takes part in the layout's all-gather, so that the
+    others raise too instead of waiting for it (the caller then raises its own error)."""
+    world = dist.get_world_size(group)
+    _all_gather(torch.tensor(_layout_row(0, None, None), dtype=torch.int64, device=device), group, world)
+
+
+def _layout(T, offsets, signature, group, world, device):
+    """The ranks' slices. What every rank must agree on rides on the lengths' all-gather (the
+    offsets' count and a checksum, whether they were given, and the call's signature), with
+    whether each rank accepted its arguments, so that a mismatch or a refusal is an error on
+    every rank, not a hang or a wrong result. offsets None: the ranks' slices are one sequence."""
+    mine = torch.tensor(_layout_row(T, offsets, signature), dtype=torch.int64, device=device)
     gathered = _all_gather(mine, group, world).cpu().tolist()
-    if any(row[1:] != gathered[0][1:] for row in gathered):
+    refused = [r for r, row in enumerate(gathered) if not row[0]]
+    if refused:
         raise _errors.InvalidArgumentError(
-            "the ranks' calls differ: every rank passes the same global cu_seqlens (or none), and an initial "
-            "state and output_final_state alike")
-    sizes = [row[0] for row in gathered]
-    if not given:
+            f"rank{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} of the group refused "
+            "their arguments (their own errors say why); every rank raises")
+    if any(row[2:] != gathered[0][2:] for row in gathered):
+        raise _errors.InvalidArgumentError(
+            "the ranks' calls differ: every rank passes the same global cu_seqlens (or none), an initial state and "
+            "output_final_state alike, q/k/v of one dtype and head sizes, and the same scale, "
+            "use_qk_l2norm_in_kernel and precision")
+    sizes = [row[1] for row in gathered]
+    if offsets is None:
         offsets = [0, sum(sizes)]
     if offsets[-1] != sum(sizes):
         raise _errors.ShapeError(f"cu_seqlens ends at {offsets[-1]} but the ranks' slices hold {sum(sizes)} tokens "
@@ -208,8 +248,8 @@ class _ContextParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, gate, beta, initial_state, offsets, scale, want_final, l2norm, precision, group):
         rank, world = dist.get_rank(group), dist.get_world_size(group)
-        offsets, slices = _layout(q.shape[1], offsets, (initial_state is not None, want_final), group, world,
-                                  q.device)
+        signature = _signature(v, q.shape[3], initial_state, want_final, scale, l2norm, precision)
+        offsets, slices = _layout(q.shape[1], offsets, signature, group, world, q.device)
         me = slices[rank]
         HV, K, V = v.shape[2], q.shape[3], v.shape[3]
         state_dtype = torch.float64 if v.dtype == torch.float64 else torch.float32
@@ -337,18 +377,21 @@ class _ContextParallel(torch.autograd.Function):
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                           cu_seqlens=None, *, group=None, precision="exact", **kwargs):
+                           cu_seqlens=None, *, cu_seqlens_cpu=None, group=None, precision="exact", **kwargs):
     """:func:`gdn.torch.chunk_gated_delta_rule` over a sequence split between ranks (see the module).
 
     q, k ``[1, T_rank, H, K]``, v ``[1, T_rank, HV, V]``, g and beta ``[1, T_rank, HV]`` (g may be
     ``[1, T_rank, HV, K]``): this rank's slice. ``cu_seqlens``: the global offsets, the same on
-    every rank (None: the ranks' slices are one sequence). ``initial_state``: ``[N, HV, K, V]``,
+    every rank (None: the ranks' slices are one sequence; ``cu_seqlens_cpu``, the same on the host,
+    spares a device synchronisation). ``initial_state``: ``[N, HV, K, V]``,
     global; each rank reads the rows of the sequences that begin on it. ``group``: the process
     group (default: the world). Other arguments as :func:`gdn.torch.chunk_gated_delta_rule`;
     states are ``[.., K, V]`` (no ``state_v_first``). Every rank of the group must call it, in the
     same order as its other collectives, and run its backward when one rank does (the backward's
     all-gather waits for every rank). Ranks whose calls differ in ``cu_seqlens``, in passing an
-    initial state or in ``output_final_state`` get ``gdn.InvalidArgumentError``, all of them.
+    initial state, in ``output_final_state``, in q/k/v's dtype or head sizes, in ``scale``,
+    ``use_qk_l2norm_in_kernel`` or ``precision`` get ``gdn.InvalidArgumentError``, all of them;
+    so do the other ranks when one refuses its arguments (which raises its own error).
     Saved for the backward besides the inputs: the state the slice starts from and the transitions
     of the continuing sequence and of the ranks the slice's last sequence passes through (K x K
     per value head each).
@@ -361,21 +404,33 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if not dist.is_available() or not dist.is_initialized():
         raise _errors.InvalidArgumentError("gdn.torch.distributed needs an initialised torch.distributed process group")
     group = group if group is not None else dist.group.WORLD
-    if "state_v_first" in kwargs and kwargs.pop("state_v_first"):
-        raise _errors.UnsupportedError("state_v_first: context parallel takes states as [N, HV, K, V]")
-    precision = _core.precision_value(precision)
-    p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, None, kwargs)
-    if p.q.shape[0] != 1:
-        raise _errors.ShapeError(f"q has batch {p.q.shape[0]}: context parallel splits one packed stream, so B must be 1 "
-                                 "(pack sequences with cu_seqlens)")
-    offsets = [int(x) for x in p.cu_seqlens.tolist()] if p.cu_seqlens is not None else None
-    if offsets is not None and (offsets[0] != 0 or any(b < a for a, b in zip(offsets, offsets[1:]))):
-        raise _errors.InvalidArgumentError(f"cu_seqlens must start at 0 and never decrease; got {offsets[:8]}...")
-    state = None
-    if initial_state is not None:
-        sequences = len(offsets) - 1 if offsets is not None else 1
-        check_state(initial_state, q, v, sequences, False)
-        state = readable_state(initial_state.to(p.state_dtype))
+    if dist.get_rank(group) < 0:
+        raise _errors.InvalidArgumentError("this process is not a rank of `group`: only its ranks call with it")
+    try:
+        if "head_first" in kwargs:
+            raise _errors.InvalidArgumentError("head_first has been removed (as in FLA): inputs are [B, T, H, ...]")
+        if kwargs.pop("cp_context", None) is not None:
+            raise _errors.UnsupportedError("cp_context is FLA's context parallel: this function is gdn's, pass group=")
+        if "state_v_first" in kwargs and kwargs.pop("state_v_first"):
+            raise _errors.UnsupportedError("state_v_first: context parallel takes states as [N, HV, K, V]")
+        kwargs.pop("chunk_indices", None)  # FLA's blocking, as gdn.torch ignores it
+        precision = _core.precision_value(precision)
+        p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
+                    kwargs)
+        if p.q.shape[0] != 1:
+            raise _errors.ShapeError(f"q has batch {p.q.shape[0]}: context parallel splits one packed stream, so B must "
+                                     "be 1 (pack sequences with cu_seqlens)")
+        offsets = [int(x) for x in p.cu_seqlens.tolist()] if p.cu_seqlens is not None else None
+        if offsets is not None and (offsets[0] != 0 or any(b < a for a, b in zip(offsets, offsets[1:]))):
+            raise _errors.InvalidArgumentError(f"cu_seqlens must start at 0 and never decrease; got {offsets[:8]}...")
+        state = None
+        if initial_state is not None:
+            sequences = len(offsets) - 1 if offsets is not None else 1
+            check_state(initial_state, q, v, sequences, False)
+            state = readable_state(initial_state.to(p.state_dtype))
+    except Exception:  # whatever this rank cannot take: the others must not wait for it
+        _refuse_together(group, q.device if isinstance(q, torch.Tensor) else torch.device("cpu"))
+        raise
     o, final = _ContextParallel.apply(p.q, p.k, p.v, p.gate, p.beta, state, offsets, p.scale,
                                       bool(output_final_state), bool(use_qk_l2norm_in_kernel), precision, group)
     return o.to(p.out_dtype), (final if output_final_state else None)
