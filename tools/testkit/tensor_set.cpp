@@ -84,6 +84,19 @@ void for_each_element(const gdn_tensor &t, Fn &&fn) {
 
 }  // namespace
 
+uint64_t TensorSet::bits_hash(const std::string &name) const {
+    const gdn_tensor t = host(name);
+    const size_t size = type_size(t.type);
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for_each_element(t, [&](const uint8_t *p) {
+        uint64_t bits = 0;
+        std::memcpy(&bits, p, size);
+        h = (h ^ bits) * 0xBF58476D1CE4E5B9ull;  // a multiply-xorshift mix per element
+        h ^= h >> 31;
+    });
+    return h;
+}
+
 std::vector<double> TensorSet::read(const std::string &name) const {
     const gdn_tensor t = host(name);
     std::vector<double> out;

@@ -62,6 +62,9 @@ public:
     // Element access on the host copy, in ne order (i0 fastest), as doubles: BF16 and F16 read
     // exactly, written rounded once to nearest (src/math/elements.h, the library's definition).
     std::vector<double> read(const std::string &name) const;
+    // A 64-bit hash of the tensor's element bits in ne order (equal bits, equal hashes; any change
+    // to an element's bits changes it but with negligible chance), without a copy of the values.
+    uint64_t bits_hash(const std::string &name) const;
     void write(const std::string &name, const std::vector<double> &values);
     double *element_f64(const std::string &name, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
 
