@@ -396,7 +396,8 @@ def test_inference_tensors_are_written_only_in_inference_mode(general_path, writ
     gates = general_path_gates(g, q.shape[-1]) if general_path else dict(g=g)
     with torch.inference_mode():
         made_in_inference_mode = pool_of(7, dtype=torch.float32), torch.zeros_like(v)
-    pool, out = made_in_inference_mode[0] if written == "pool" else pool_of(7, dtype=torch.float32), made_in_inference_mode[1]
+    pool = made_in_inference_mode[0] if written == "pool" else pool_of(7, dtype=torch.float32)
+    out = made_in_inference_mode[1]
     assert pool.is_inference() == (written == "pool")
     call = dict(q=q, k=k, v=v, **gates, beta=beta, initial_state=pool, ssm_state_indices=torch.tensor([5, -1, 0, 2]),
                 out=out if written == "out" else None)

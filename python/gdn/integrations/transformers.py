@@ -39,10 +39,10 @@ sends them) returns an empty o and the initial state. What differs, on purpose: 
 ignored (gdn chooses its own blocking; the result is the same recurrence); the final state is in
 gdn's state dtype (float32, or float64 for float64 inputs, where transformers' function rounds
 to float32); the decoding step updates the cache's state in place (``recurrent_gated_delta_rule``
-below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences,
-passed by the layer as ``cu_seq_lens_q``) works, the convolution before it included, where
-transformers' function refuses it without FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the layer passes is ignored, as
-transformers' function ignores it.
+below: no state allocated or copied per token); ``cu_seqlens`` (packed sequences, passed by
+the layer as ``cu_seq_lens_q``) works, the convolution before it included, where transformers'
+function refuses it without FLA; a ``scale`` keyword, FLA's, is honoured. Any other keyword the
+layer passes is ignored, as transformers' function ignores it.
 
 Which transformers: the check is by structure, not by version string. A model is patched only
 when its modeling module imports, its layer's ``forward`` calls the two functions one of the two
