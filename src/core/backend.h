@@ -4,6 +4,7 @@
 // (allocate first, then compute).
 #pragma once
 
+#include <cinttypes>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,19 @@ public:
     // Frees the workspace the backend keeps between calls (the next call allocates it again).
     virtual void release_workspace() {}
 };
+
+// A host backend's scratch for one call (per worker thread, where each has its own) stays under
+// 2^40 bytes: more is no machine's, and is refused before anything is sized. `elements` of
+// `element_bytes` each, or negative where their count overflowed; `what` names the scratch
+// ("the ref backend's workspace").
+inline Status refuse_past_host_scratch(const Dims &d, int64_t elements, int64_t element_bytes, const char *what) {
+    constexpr int64_t kMaxHostScratchBytes = int64_t{1} << 40;
+    if (elements >= 0 && elements <= kMaxHostScratchBytes / element_bytes) return {};
+    return fail(GDN_ERROR_UNSUPPORTED,
+                "%s for Sk = %" PRId64 ", Sv = %" PRId64 ", T = %" PRId64 " and %" PRId64
+                " value heads per key head would exceed 2^40 bytes",
+                what, d.Sk, d.Sv, d.T, d.value_heads_per_key_head() * d.sequences_per_qk_sequence());
+}
 
 // Factories. Each returns a status with a message when the backend cannot start here.
 Status make_ref_backend(const gdn_context_params &params, std::unique_ptr<Backend> &out);

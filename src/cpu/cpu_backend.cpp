@@ -26,7 +26,6 @@
 //
 // Everything a call needs is allocated (and kept for the next call) before any output is written.
 #include <algorithm>
-#include <cinttypes>
 #include <system_error>
 #include <utility>
 #include <thread>
@@ -115,14 +114,9 @@ public:
                         "the cpu backend computes in F32: it takes q/k/v F32, BF16 or F16 with F32 states (SPEC 3.1); "
                         "this call has q/k/v %s, beta %s, g %s, states %s",
                         type_name(d.type), type_name(d.beta_type), type_name(d.gate_type), type_name(d.state_type));
-        constexpr int64_t kMaxWorkerScratchBytes = int64_t{1} << 40;
-        const int64_t floats = worker_scratch_floats_bound(d, chunk_length(d, backward), backward);
-        if (floats < 0 || floats > kMaxWorkerScratchBytes / static_cast<int64_t>(sizeof(double)))
-            return fail(GDN_ERROR_UNSUPPORTED,
-                        "the cpu backend's scratch for Sk = %" PRId64 ", Sv = %" PRId64 ", T = %" PRId64
-                        " and %" PRId64 " value heads per key head would exceed 2^40 bytes per thread",
-                        d.Sk, d.Sv, d.T, d.value_heads_per_key_head() * d.sequences_per_qk_sequence());
-        return {};
+        // (A bound in floats, held as doubles: room for the few double arrays among them.)
+        return refuse_past_host_scratch(d, worker_scratch_floats_bound(d, chunk_length(d, backward), backward),
+                                        sizeof(double), "the cpu backend's scratch per thread");
     }
 
     Status forward(const ForwardArgs &packed) override {

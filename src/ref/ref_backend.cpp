@@ -4,7 +4,6 @@
 // element type of SPEC 3.1: each element is converted to double as it is read and each result
 // rounded once to its tensor's type as it is written; it ignores gdn_problem.precision (the oracle
 // is always exact).
-#include <cinttypes>
 
 #include <vector>
 
@@ -19,18 +18,11 @@ class RefBackend final : public Backend {
 public:
     const char *name() const override { return "ref"; }
 
-    static constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 40;
-
+    // Sizes whose workspace no machine has (or whose count overflows) are refused before
+    // anything is allocated: the accumulators are doubles.
     Status supports(const Dims &d, bool backward) const override {
-        // Refuse sizes whose workspace no machine has (or whose count overflows) before
-        // allocating anything: the accumulators are doubles.
-        const int64_t elements = token::scratch_elements(d, backward);
-        if (elements < 0 || elements > kMaxWorkspaceBytes / static_cast<int64_t>(sizeof(double)))
-            return fail(GDN_ERROR_UNSUPPORTED,
-                        "the ref backend's workspace for Sk = %" PRId64 ", Sv = %" PRId64 ", T = %" PRId64
-                        " and %" PRId64 " value heads per key head would exceed 2^40 bytes",
-                        d.Sk, d.Sv, d.T, d.value_heads_per_key_head() * d.sequences_per_qk_sequence());
-        return {};
+        return refuse_past_host_scratch(d, token::scratch_elements(d, backward), sizeof(double),
+                                        "the ref backend's workspace");
     }
 
     Status forward(const ForwardArgs &a) override {
