@@ -233,17 +233,19 @@ public:
         for (const WorkItem &item : items_)
             widest_layout = BackwardLayout::widest(
                 widest_layout, cpu::backward_layout(calls[item.call]->dims, plans_[plan_index(item)], max_chunk));
-        // One unpacked call whose groups would leave workers idle runs split over its units, or
-        // its units' panels of value columns (backward_items); packed sequences keep (sequence,
-        // group) items, which already fill the workers. Otherwise the last groups of one
-        // unpacked call run as a tail (backward_tail_groups).
+        // One call whose groups would leave workers idle runs split over its units, or its
+        // units' panels of value columns (backward_items); the sequences of a packed or pooled
+        // call keep (sequence, group) items, which already fill the workers. Otherwise the last
+        // groups of one call run as a tail (backward_tail_groups). Both schedules run one call
+        // (they index its groups), so they are for one call only.
         const int64_t groups = static_cast<int64_t>(items_.size());
+        const bool one_call = calls.size() == 1;
         const cpu::BackwardItems work_items =
-            packed.dims.N == 0 ? cpu::backward_items(groups, cpu::units_of(widest),
-                                                     cpu::BackwardPanels::of(widest.Sv).count, threads)
-                               : cpu::BackwardItems::Groups;
+            one_call ? cpu::backward_items(groups, cpu::units_of(widest), cpu::BackwardPanels::of(widest.Sv).count,
+                                           threads)
+                     : cpu::BackwardItems::Groups;
         const bool split = work_items != cpu::BackwardItems::Groups;
-        const int64_t tail = packed.dims.N == 0 && !split ? cpu::backward_tail_groups(groups, threads) : 0;
+        const int64_t tail = one_call && !split ? cpu::backward_tail_groups(groups, threads) : 0;
         backward_.resize(threads);
         group_backward_.resize(split ? groups : threads + tail);
         workspace_ = plan_bytes();

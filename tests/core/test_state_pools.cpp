@@ -255,7 +255,72 @@ TEST_P(StatePools, PackedSequencesWriteTheirSlotsOfAnotherPool) {
 }
 
 // The backward of a pooled call: s0 and d_states read at the indices, ds0 written there only.
+// Every thread count from 1 to 5 and a T of one chunk and of several: the cpu backend's schedules
+// for one call (its groups split over units or run as a tail) must not take the first of a pooled
+// call's sequences for the whole call.
+void expect_pooled_backward_matches_gathered(const char *backend, int threads, int64_t tokens) {
+    SCOPED_TRACE(std::string(backend) + ", " + std::to_string(threads) + " threads, T = " + std::to_string(tokens));
+    gdn_context_params params = gdn_context_default_params();
+    params.n_threads = threads;
+    gdn_context *ctx = nullptr;
+    ASSERT_EQ(gdn_context_create(backend, &params, &ctx), GDN_OK) << gdn_last_create_error();
+    constexpr int64_t kSlots = 6, kSequences = 3;
+    std::vector<int64_t> indices = {2, 5, 1};
+    Inputs in(tokens, kSequences);
+    Buffer pool(kHeadStates * kSlots), d_pool(kHeadStates * kSlots), d_out(Sv * Hv * tokens * kSequences);
+    fill_random(pool, 12, -0.5f, 0.5f);
+    fill_random(d_pool, 13, -1.0f, 1.0f);
+    fill_random(d_out, 14, -1.0f, 1.0f);
+    Buffer s0(kHeadStates * kSequences, 0.0f), d_states(kHeadStates * kSequences, 0.0f);
+    for (int64_t b = 0; b < kSequences; ++b) {
+        std::memcpy(&s0.data[b * kHeadStates], &pool.data[indices[b] * kHeadStates], sizeof(float) * kHeadStates);
+        std::memcpy(&d_states.data[b * kHeadStates], &d_pool.data[indices[b] * kHeadStates], sizeof(float) * kHeadStates);
+    }
+    const int64_t nq = Sk * Hk * tokens * kSequences, nv = Sv * Hv * tokens * kSequences, ng = Hv * tokens * kSequences;
+    Buffer dv_plain(nv), dq_plain(nq), dg_plain(ng), ds0_plain(kHeadStates * kSequences);
+    gdn_problem p = in.problem();
+    p.state = state_tensor(s0, kSequences, true);
+    const gdn_tensor dO = tensor(d_out, {Sv, Hv, tokens, kSequences});
+    gdn_tensor dS = state_tensor(d_states, kSequences, true);
+    gdn_grads grads{};
+    grads.q = tensor(dq_plain, {Sk, Hk, tokens, kSequences});
+    grads.v = tensor(dv_plain, {Sv, Hv, tokens, kSequences});
+    grads.g = tensor(dg_plain, {1, Hv, tokens, kSequences});
+    grads.state = state_tensor(ds0_plain, kSequences, true);
+    ASSERT_EQ(gdn_backward(ctx, &p, &dO, &dS, &grads), GDN_OK) << gdn_last_error(ctx);
+
+    Buffer dv(nv), dq(nq), dg(ng), ds0_pool(kHeadStates * kSlots, 7.0f);
+    p.state = state_tensor(pool, kSlots, true);
+    p.state_indices = index_tensor(indices);
+    dS = state_tensor(d_pool, kSlots, true);
+    grads.q = tensor(dq, {Sk, Hk, tokens, kSequences});
+    grads.v = tensor(dv, {Sv, Hv, tokens, kSequences});
+    grads.g = tensor(dg, {1, Hv, tokens, kSequences});
+    grads.state = state_tensor(ds0_pool, kSlots, true);
+    ASSERT_EQ(gdn_backward(ctx, &p, &dO, &dS, &grads), GDN_OK) << gdn_last_error(ctx);
+    gdn_context_free(ctx);
+    EXPECT_TRUE(same_bits(dv.data, dv_plain.data));
+    EXPECT_TRUE(same_bits(dq.data, dq_plain.data));
+    EXPECT_TRUE(same_bits(dg.data, dg_plain.data));
+    for (int64_t slot = 0; slot < kSlots; ++slot) {
+        int64_t sequence = -1;
+        for (int64_t b = 0; b < kSequences; ++b)
+            if (indices[b] == slot) sequence = b;
+        for (int64_t e = 0; e < kHeadStates; ++e) {
+            const float got = ds0_pool.data[slot * kHeadStates + e];
+            const float want = sequence >= 0 ? ds0_plain.data[sequence * kHeadStates + e] : 7.0f;
+            ASSERT_EQ(got, want) << "slot " << slot << " element " << e;
+        }
+    }
+}
+
 TEST_P(StatePools, BackwardPoolMatchesTheGatheredCall) {
+    for (int64_t tokens : {T, int64_t(150)})
+        for (int threads = 1; threads <= 5; ++threads) expect_pooled_backward_matches_gathered(GetParam(), threads, tokens);
+}
+
+// A negative index: that sequence's s0 is zero and its ds0 goes nowhere.
+TEST_P(StatePools, BackwardPoolSkipsANegativeIndex) {
     constexpr int64_t kSlots = 6;
     std::vector<int64_t> indices = {2, 5, -3, 1};
     Inputs in(T, B);
