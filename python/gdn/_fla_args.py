@@ -2,6 +2,7 @@
 name the argument, and FLA's input conventions turned into the tensors gdn computes on."""
 
 import math
+import warnings
 from collections import namedtuple
 
 import torch
@@ -181,6 +182,19 @@ def _readable_per_head(t):
     return readable(t)
 
 
+def state_v_first_alias(state_v_first, kwargs):
+    """state_v_first with FLA's deprecated name for it, ``transpose_state_layout``, taken from
+    kwargs as FLA takes it: warned about, and refused together with state_v_first."""
+    if "transpose_state_layout" not in kwargs:
+        return state_v_first
+    if state_v_first:
+        raise _errors.InvalidArgumentError(
+            "Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`.")
+    warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.", DeprecationWarning,
+                  stacklevel=3)
+    return bool(kwargs.pop("transpose_state_layout"))
+
+
 def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
             kwargs, unit_dims=True):
     """FLA's conventions applied and checked: the gate computed in the op when asked
@@ -195,7 +209,10 @@ def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigva
     sequences = check_inputs(q, k, v, g, beta, cu_seqlens)
     scale = _scale(scale)
     if use_beta_sigmoid_in_kernel:
-        beta = beta.sigmoid() * 2 if allow_neg_eigval else beta.sigmoid()
+        # In float32 from half logits, kept so, as FLA's kernels compute it (the library takes an
+        # F32 beta beside half q, k, v).
+        logits = beta.float() if beta.dtype in _HALF else beta
+        beta = logits.sigmoid() * 2 if allow_neg_eigval else logits.sigmoid()
     if cu_seqlens is not None:
         # Read on the host when the caller has the offsets there; strided views become contiguous.
         host = cu_seqlens_cpu if isinstance(cu_seqlens_cpu, torch.Tensor) else cu_seqlens

@@ -190,3 +190,47 @@ def test_the_gate_in_kernel_is_computed_in_float32_from_half_inputs():
         g = -half[1].float().exp() * torch.nn.functional.softplus(half[0].float() + half[2].float())
         o_ref, _ = gt.chunk_gated_delta_rule(q, k, v, g, b, initial_state=h0)
     assert torch.equal(o, o_ref)
+
+
+def test_beta_from_half_logits_is_a_float32_sigmoid():
+    """use_beta_sigmoid_in_kernel with bfloat16 logits: sigmoid (and allow_neg_eigval's 2x) in
+    float32, kept so, as FLA's kernels compute it (rounded to bfloat16 each beta would move by up
+    to 0.4%)."""
+    q, k, v, g, b, h0 = (t.float() for t in inputs())
+    q, k, v = (t.bfloat16() for t in (q, k, v))
+    logits = (4 * b - 2).bfloat16()
+    with gt.backend("cpu"):
+        for neg in (False, True):
+            o, _ = gt.chunk_gated_delta_rule(q, k, v, g, logits, initial_state=h0, use_beta_sigmoid_in_kernel=True,
+                                             allow_neg_eigval=neg)
+            beta = logits.float().sigmoid() * (2 if neg else 1)
+            o_ref, _ = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0)
+            assert torch.equal(o, o_ref)
+            o_rounded, _ = gt.chunk_gated_delta_rule(q, k, v, g, beta.bfloat16(), initial_state=h0)
+            assert not torch.equal(o, o_rounded)  # the inputs are such that rounding beta shows
+
+
+def test_transpose_state_layout_is_flas_old_name_of_state_v_first():
+    q, k, v, g, beta, h0 = inputs()
+    h0_vk = h0.transpose(-1, -2).contiguous()
+    with gt.backend("ref"):
+        o, state = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0_vk, output_final_state=True,
+                                             state_v_first=True)
+        with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
+            o_old, state_old = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0_vk,
+                                                         output_final_state=True, transpose_state_layout=True)
+        assert torch.equal(o, o_old) and torch.equal(state, state_old)
+        with pytest.raises(gdn.InvalidArgumentError, match="Cannot pass both"):
+            gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0_vk, state_v_first=True,
+                                      transpose_state_layout=True)
+
+
+def test_chunk_size_is_checked_as_fla_checks_it():
+    q, k, v, g, beta, h0 = inputs()
+    with gt.backend("ref"):
+        o, _ = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0)
+        for size in (16, 32, 64):
+            assert torch.equal(gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, chunk_size=size)[0], o)
+        for size in (8, 128):
+            with pytest.raises(ValueError, match="chunk_size"):
+                gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, chunk_size=size)

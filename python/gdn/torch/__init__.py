@@ -32,7 +32,8 @@ from typing import Optional, Tuple
 import torch
 
 from .. import _core, _errors, _gdn
-from .._fla_args import activated_gate, check_state, check_state_indices, prepare, readable, readable_state
+from .._fla_args import (activated_gate, check_state, check_state_indices, prepare, readable, readable_state,
+                         state_v_first_alias)
 
 __all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "backend", "release_workspaces"]
 
@@ -287,7 +288,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     restarting at each offset, zero-length sequences included; ``cu_seqlens_cpu`` is the same
     offsets on the host (read there, no device synchronisation); ``chunk_indices`` and
     ``chunk_size`` are FLA's blocking and are ignored (gdn blocks its own way; the result is the
-    same recurrence); keywords ``use_gate_in_kernel``, ``A_log``, ``dt_bias`` compute
+    same recurrence), ``chunk_size`` after FLA's check (16, 32 or 64); ``transpose_state_layout``
+    is FLA's old name of ``state_v_first``; keywords ``use_gate_in_kernel``, ``A_log``, ``dt_bias`` compute
     ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is refused as FLA refuses
     it; ``cp_context`` (FLA's context parallel) is not supported. Keyword-only, gdn's own:
     ``precision``, ``"exact"`` (default) or ``"bf16"`` (see the module's documentation).
@@ -305,6 +307,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         raise DeprecationWarning("head_first has been removed. Inputs must be in `[B, T, H, ...]` format.")
     if cp_context is not None:
         raise _errors.UnsupportedError("cp_context: gdn.torch does not run FLA's context parallel")
+    state_v_first = state_v_first_alias(state_v_first, kwargs)
+    chunk_size = kwargs.pop("chunk_size", 64)
+    if chunk_size not in (16, 32, 64):
+        raise _errors.InvalidArgumentError(f"`chunk_size` must be 16, 32, or 64 for Gated Delta Rule, got {chunk_size} "
+                                           "(checked as FLA checks it; gdn chooses its own blocking)")
     precision = _core.precision_value(precision)
     p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, cu_seqlens_cpu,
                 kwargs)
@@ -388,8 +395,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
 
     - ``ssm_state_indices`` (vLLM; ``initial_state_indices``, SGLang's name, is the same): int32
       or int64 ``[N]``, on q's device or the host. ``initial_state`` is then a pool
-      ``[slots, HV, K, V]`` (``[slots, HV, V, K]`` with ``state_v_first``): sequence n starts from
-      slot ``ssm_state_indices[n]``. A negative index (SGLang's and vLLM's padding slot) starts
+      ``[slots, HV, K, V]`` (``[slots, HV, V, K]`` with ``state_v_first``, the layout of vLLM's
+      and SGLang's pools): sequence n starts from slot ``ssm_state_indices[n]``. A negative index (SGLang's and vLLM's padding slot) starts
       from zeros and writes nothing; its output is still computed. Non-negative indices must be
       distinct and below ``slots`` (``gdn.AliasError``, ``gdn.ShapeError`` otherwise).
     - ``inplace_final_state``: the final states written over the initial ones, into the pool's
@@ -445,13 +452,7 @@ def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_fina
                      use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
                      cu_seqlens, ssm_state_indices, initial_state_indices, inplace_final_state, precision, kwargs):
     """fused_recurrent_gated_delta_rule's general path: every argument checked and converted."""
-    if "transpose_state_layout" in kwargs:
-        if state_v_first:
-            raise _errors.InvalidArgumentError(
-                "Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`.")
-        warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.", DeprecationWarning,
-                      stacklevel=2)
-        state_v_first = kwargs.pop("transpose_state_layout")
+    state_v_first = state_v_first_alias(state_v_first, kwargs)
     if kwargs.get("num_accepted_tokens") is not None:
         raise _errors.UnsupportedError("num_accepted_tokens (vLLM's speculative decoding): gdn.torch does not take it")
     if gv is not None:

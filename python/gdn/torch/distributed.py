@@ -61,7 +61,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _core, _errors, _gdn
-from .._fla_args import check_state, prepare, readable, readable_state
+from .._fla_args import check_state, prepare, readable, readable_state, state_v_first_alias
 from . import _HEAD_MAP_GROUPED, _backward_op, _context_for, _empty, _gdn_view, _normalized
 
 __all__ = ["chunk_gated_delta_rule"]
@@ -411,7 +411,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             raise _errors.InvalidArgumentError("head_first has been removed (as in FLA): inputs are [B, T, H, ...]")
         if kwargs.pop("cp_context", None) is not None:
             raise _errors.UnsupportedError("cp_context is FLA's context parallel: this function is gdn's, pass group=")
-        if "state_v_first" in kwargs and kwargs.pop("state_v_first"):
+        if state_v_first_alias(kwargs.pop("state_v_first", False), kwargs):
             raise _errors.UnsupportedError("state_v_first: context parallel takes states as [N, HV, K, V]")
         kwargs.pop("chunk_indices", None)  # FLA's blocking, as gdn.torch ignores it
         precision = _core.precision_value(precision)
