@@ -409,3 +409,27 @@ def test_inference_tensors_are_written_only_in_inference_mode(general_path, writ
     with gt.backend("cpu"), torch.inference_mode():
         gt.fused_recurrent_gated_delta_rule(**call)
     assert not torch.equal(pool, before[0])
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_mixed_dtypes_return_o_in_vs_dtype_as_flas_decoding_function(in_place):
+    """FLA's fused_recurrent makes o like v (its chunked function returns q's dtype): with float32
+    q/k and float16 v, o is float16, the float32 result rounded once, and out= is v's dtype."""
+    q, k, v, g, beta = (t.float() for t in inputs())
+    v16 = v.half()
+    pool = pool_of(6, dtype=torch.float32)
+    slots = torch.tensor([4, 0, 2])
+    kw = dict(initial_state=pool.clone(), ssm_state_indices=slots) if in_place else dict(initial_state=pool[:3])
+    with torch.no_grad(), gt.backend("cpu"):
+        o, _ = gt.fused_recurrent_gated_delta_rule(q, k, v16, g, beta=beta, **kw)
+        assert o.dtype == torch.float16
+        kw32 = dict(initial_state=pool.clone(), ssm_state_indices=slots) if in_place else dict(initial_state=pool[:3])
+        o32, _ = gt.fused_recurrent_gated_delta_rule(q, k, v16.float(), g, beta=beta, **kw32)
+        assert torch.equal(o, o32.half())
+        out = torch.empty_like(v16)
+        kw = dict(initial_state=pool.clone(), ssm_state_indices=slots) if in_place else dict(initial_state=pool[:3])
+        assert gt.fused_recurrent_gated_delta_rule(q, k, v16, g, beta=beta, out=out, **kw)[0] is out
+        with pytest.raises(gdn.InvalidArgumentError, match="out is"):
+            gt.fused_recurrent_gated_delta_rule(q, k, v16, g, beta=beta, out=torch.empty_like(v), **kw)
+        o_chunk, _ = gt.chunk_gated_delta_rule(q, k, v16, g, beta=beta, initial_state=pool[:3])
+        assert o_chunk.dtype == torch.float32

@@ -252,7 +252,8 @@ def _fused_rows(x):
 def _normalized(x):
     """x with every row (last dimension) divided by its norm, in a fresh tensor of x's dtype.
     bfloat16 and float16 rows are normalised in float32 and rounded once to their dtype, as FLA's
-    kernel does: on the host read and written in place by the extension (no float32 copy),
+    chunked function does (its decoding kernel, and vLLM's and SGLang's, keep them in float32
+    registers: their outputs may differ from these in the last bit of bfloat16): on the host read and written in place by the extension (no float32 copy),
     elsewhere through a float32 copy."""
     if _fused_rows(x):
         y = _empty(x.shape, x)
@@ -407,11 +408,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
       ``torch.no_grad()``). ``inplace_final_state=False`` with indices reads the pool's slots
       (copied out) and returns the final states ``[N, HV, K, V]`` as FLA does, with autograd.
     - ``precision``: ``"exact"`` (default) or ``"bf16"``, as for :func:`chunk_gated_delta_rule`.
-    - ``out``: a tensor ``[B, T, HV, V]`` in q's dtype that receives o (and is returned as o), as
+    - ``out``: a tensor ``[B, T, HV, V]`` in v's dtype that receives o (and is returned as o), as
       PyTorch's ``out=`` arguments: a decoding loop that keeps its output buffer allocates nothing
       per step. Not with autograd.
 
-    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state as above, or as
+    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in v's dtype (as FLA's decoding function; the chunked one returns q's); final_state as above, or as
     :func:`chunk_gated_delta_rule` returns it (None unless ``output_final_state``).
     """
     if (not kwargs and cu_seqlens is None and initial_state is not None and g is not None and beta is not None
@@ -434,12 +435,12 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
 
 
 def _check_out(out, q, v, inputs):
-    """out= before anything is computed or written: o's shape (v's) and dtype (q's), no autograd."""
+    """out= before anything is computed or written: o's shape and dtype (v's), no autograd."""
     if not isinstance(out, torch.Tensor) or not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
         raise _errors.InvalidArgumentError(f"out is a tensor for o, like v; got {type(out).__name__}")
-    if out.shape != v.shape or out.dtype != q.dtype or out.device != v.device:
+    if out.shape != v.shape or out.dtype != v.dtype or out.device != v.device:
         raise _errors.InvalidArgumentError(
-            f"out is {tuple(out.shape)} {out.dtype} on {out.device}; o is {tuple(v.shape)} {q.dtype} on {v.device}")
+            f"out is {tuple(out.shape)} {out.dtype} on {out.device}; o is {tuple(v.shape)} {v.dtype} on {v.device}")
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*inputs, out)):
         raise _errors.UnsupportedError("out= has no autograd: run under torch.no_grad(), or leave out unset")
     if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
@@ -477,7 +478,7 @@ def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_fina
         inplace_final_state = indices is not None
     # In place, g and beta go to the extension as FLA gives them (fla_gates): no views made.
     p = prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigval, cu_seqlens, None, {},
-                unit_dims=not inplace_final_state)
+                unit_dims=not inplace_final_state)._replace(out_dtype=v.dtype)  # FLA's o here is like v
     l2norm, v_first = bool(use_qk_l2norm_in_kernel), bool(state_v_first)
     if indices is not None:
         if initial_state is None:
