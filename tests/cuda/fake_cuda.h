@@ -1,21 +1,34 @@
-// Just enough of CUDA to run this project's kernels on CPU threads, so that machines without a
-// GPU (CI, development boxes) test the kernels' indexing, masking, warp reductions and
-// block-level reductions against ref. Each CUDA thread of a block is a std::thread; blocks run
-// one after another; __syncthreads is a barrier of the block, __shfl_xor_sync exchanges values
-// through a per-warp buffer between two barriers of the warp. Floating-point results are not
-// those of a GPU bit for bit (the host compiler contracts and orders differently), but every
-// index, predicate and sum is the kernel's own.
+// Just enough of CUDA to run this project's kernels on the CPU, so that machines without a GPU
+// (CI, development boxes) test the kernels' indexing, masking, warp reductions and block-level
+// reductions against ref. Blocks run one after another; __syncthreads is a barrier of the block,
+// __shfl_xor_sync exchanges values through a per-warp buffer between two barriers of the warp.
+// Floating-point results are not those of a GPU bit for bit (the host compiler contracts and
+// orders differently), but every index, predicate and sum is the kernel's own.
+//
+// A block's CUDA threads are fibers on the launching thread (fake_cuda_fibers.h), switched at
+// the barriers: a shuffle costs two user-space switches per lane instead of waking 31 OS threads
+// twice, which made the emulated tests most of the test suite's time on two cores. Under
+// ThreadSanitizer (and AddressSanitizer, which does not follow stack switches) each CUDA thread
+// is a std::thread instead, so that TSan reports a shared-memory access no barrier orders: a
+// race check without a GPU.
 //
 // Include this before a kernel header (*.cuh); launch with fake_cuda::launch(grid, threads, fn).
 #pragma once
 
-#include <barrier>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
 #include <memory>
-#include <thread>
 #include <vector>
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define FAKE_CUDA_OS_THREADS 1
+#include <barrier>
+#include <thread>
+#else
+#define FAKE_CUDA_OS_THREADS 0
+#include "fake_cuda_fibers.h"
+#endif
 
 #define __global__
 #define __device__
@@ -52,12 +65,18 @@ struct Index3 {
 inline thread_local Index3 thread_index, block_index;
 inline Index3 block_dim, grid_dim;
 
+#if FAKE_CUDA_OS_THREADS
+using Barrier = std::barrier<>;
+#else
+using Barrier = FiberBarrier;
+#endif
+
 struct Block {
     explicit Block(int threads) : sync(threads), exchange(threads), mma_exchange(threads * kMmaWords) {
-        for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+        for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<Barrier>(32));
     }
-    std::barrier<> sync;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    Barrier sync;
+    std::vector<std::unique_ptr<Barrier>> warps;
     std::vector<float> exchange;
     static constexpr int kMmaWords = 10;  // a lane's registers of one mma: a[4], b[2], c[4]
     std::vector<uint32_t> mma_exchange;
@@ -69,10 +88,14 @@ template <class Fn>
 void launch(Index3 grid, int threads, Fn &&fn) {
     grid_dim = grid;
     block_dim = {static_cast<unsigned>(threads), 1, 1};
+#if !FAKE_CUDA_OS_THREADS
+    FiberTeam team(threads);
+#endif
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
                 Block block(threads);
+#if FAKE_CUDA_OS_THREADS
                 std::vector<std::thread> pool;
                 pool.reserve(threads);
                 for (int t = 0; t < threads; ++t)
@@ -83,6 +106,13 @@ void launch(Index3 grid, int threads, Fn &&fn) {
                         fn();
                     });
                 for (auto &th : pool) th.join();
+#else
+                block_index = {x, y, z};
+                current_block = &block;
+                auto body = [&] { fn(); };
+                team.run(body, [](int t) { thread_index = {static_cast<unsigned>(t), 0, 0}; });
+                current_block = nullptr;
+#endif
             }
 }
 
