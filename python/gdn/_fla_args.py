@@ -159,19 +159,48 @@ def _scale(scale):
     return float(scale)
 
 
-def activated_gate(g, A_log, dt_bias):
-    """FLA's ``use_gate_in_kernel``: the log decay ``-exp(A_log) * softplus(g + dt_bias)`` from raw g."""
+def activation_dtype(q, k, v):
+    """The dtype FLA's activations (the gate from raw g, beta from logits, g + gk) are computed in:
+    float32 whatever the inputs' dtype (bf16 arithmetic would round each by up to 0.4%), float64
+    in a float64 call (SPEC 3.1: float64 anywhere in q, k, v makes the whole call float64)."""
+    wide = any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in (q, k, v))
+    return torch.float64 if wide else torch.float32
+
+
+def activated_gate(g, A_log, dt_bias, dtype=torch.float32):
+    """FLA's ``use_gate_in_kernel``: the log decay ``-exp(A_log) * softplus(g + dt_bias)`` from raw g,
+    in ``dtype`` or wider. A_log has one value per value head; dt_bias one per head, or for a gate
+    per key channel (g ``[B, T, HV, K]``) one per head and channel (``[HV * K]`` or ``[HV, K]``), as
+    FLA's gated delta rule and KDA gates take them."""
     if A_log is None:
         raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs A_log")
     if g is None:
         raise _errors.InvalidArgumentError("use_gate_in_kernel=True needs g (the raw pre-activation)")
-    # In float32 (float64 in a float64 call) whatever the inputs' dtype, as FLA computes it: bf16
-    # arithmetic here would round each gate by up to 0.4%.
-    dtype = torch.promote_types(torch.promote_types(g.dtype, A_log.dtype), torch.float32)
+    if g.dim() not in (3, 4):
+        raise _errors.ShapeError(f"g is {list(g.shape)}: [B, T, HV] or [B, T, HV, K]")
+    HV, per_channel = g.shape[2], g.dim() == 4
+    if A_log.numel() != HV:
+        raise _errors.ShapeError(f"A_log is {list(A_log.shape)}: one value per value head ({HV})")
+    dtype = torch.promote_types(torch.promote_types(g.dtype, A_log.dtype), dtype)
+    x = g.to(dtype)
     if dt_bias is not None:
-        dtype = torch.promote_types(dtype, dt_bias.dtype)
-    x = g.to(dtype) if dt_bias is None else g.to(dtype) + dt_bias.to(dtype)
-    return -A_log.to(dtype).exp() * torch.nn.functional.softplus(x)
+        K = g.shape[3] if per_channel else 1
+        if dt_bias.numel() not in {HV, HV * K}:
+            raise _errors.ShapeError(f"dt_bias is {list(dt_bias.shape)}: one value per value head ({HV})"
+                                     + (f" or per head and key channel ({HV} x {K})" if per_channel else ""))
+        bias = dt_bias.to(torch.promote_types(dtype, dt_bias.dtype)).reshape(HV, -1)
+        x = x + (bias if per_channel else bias.reshape(HV))
+    rate = A_log.to(x.dtype).exp().reshape((HV, 1) if per_channel else (HV,))
+    return -rate * torch.nn.functional.softplus(x)
+
+
+def gate_sum(g, gk, dtype=torch.float32):
+    """FLA's g and gk applied together: their sum in ``dtype`` or wider (as FLA's kernel adds them in
+    float32 registers), gk alone without g."""
+    if g is None:
+        return gk
+    wide = torch.promote_types(torch.promote_types(g.dtype, gk.dtype), dtype)
+    return gk.to(wide) + g.to(wide).unsqueeze(-1)
 
 
 def _readable_per_head(t):
@@ -205,13 +234,13 @@ def prepare(q, k, v, g, beta, scale, use_beta_sigmoid_in_kernel, allow_neg_eigva
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise _errors.InvalidArgumentError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
     if kwargs.get("use_gate_in_kernel", False):
-        g = activated_gate(g, kwargs.get("A_log"), kwargs.get("dt_bias"))
+        g = activated_gate(g, kwargs.get("A_log"), kwargs.get("dt_bias"), activation_dtype(q, k, v))
     sequences = check_inputs(q, k, v, g, beta, cu_seqlens)
     scale = _scale(scale)
     if use_beta_sigmoid_in_kernel:
-        # In float32 from half logits, kept so, as FLA's kernels compute it (the library takes an
-        # F32 beta beside half q, k, v).
-        logits = beta.float() if beta.dtype in _HALF else beta
+        # In float32 from half logits (float64 in a float64 call), kept so, as FLA's kernels compute
+        # it (the library takes an F32 beta beside half q, k, v).
+        logits = beta.to(torch.promote_types(beta.dtype, activation_dtype(q, k, v)))
         beta = logits.sigmoid() * 2 if allow_neg_eigval else logits.sigmoid()
     if cu_seqlens is not None:
         # Read on the host when the caller has the offsets there; strided views become contiguous.

@@ -165,12 +165,15 @@ public:
         // A dimension of size 1 is never stepped over: give it the stride just past the span of
         // the dimensions inside it, so that frameworks' arbitrary strides there (0 from expand,
         // say) are not refused. The span, not nb[i-1] * ne[i-1]: in a value-major state (a
-        // transposed [..., K, V] view) dimension 1 is the innermost one.
+        // transposed [..., K, V] view) dimension 1 is the innermost one. A dimension 1 of size 1
+        // beside a strided dimension 0 (a state with V = 1 whose keys are a stride apart, a
+        // slice of a wider state) takes the element size instead: it is then the contiguous
+        // one, as a state's layout rule asks (SPEC 3), and nothing is stepped over either way.
         for (size_t i = 0; i < 4; ++i) {
             if (t.ne[i] != 1) continue;
             int64_t span = item;
             for (size_t j = 0; j < i; ++j) span = std::max(span, t.nb[j] * t.ne[j]);
-            t.nb[i] = span;
+            t.nb[i] = i == 1 && t.nb[0] != item ? item : span;
         }
         if (!(view.where == ctx_.placement()))
             raise(GDN_ERROR_INVALID_ARGUMENT, "%s is on %s but the context (backend %s) computes on %s", name,

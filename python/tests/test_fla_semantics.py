@@ -234,3 +234,36 @@ def test_chunk_size_is_checked_as_fla_checks_it():
         for size in (8, 128):
             with pytest.raises(ValueError, match="chunk_size"):
                 gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, chunk_size=size)
+
+
+def test_a_gate_per_key_channel_from_raw_takes_a_log_per_head():
+    """use_gate_in_kernel with g [B, T, HV, K]: A_log one per value head (broadcast over the key
+    channels), dt_bias per head and channel, as FLA's KDA gate takes them; wrong sizes refused."""
+    q, k, v, _, beta, h0 = inputs(H=2, HV=2, K=2)  # K == HV: a broadcast over the wrong dimension would run
+    B, T, HV, K = q.shape[0], q.shape[1], v.shape[2], q.shape[3]
+    raw = torch.randn(B, T, HV, K, dtype=torch.float64)
+    A_log, dt_bias = torch.tensor([0.0, 2.0], dtype=torch.float64), torch.randn(HV * K, dtype=torch.float64)
+    with gt.backend("ref"):
+        o, _ = gt.chunk_gated_delta_rule(q, k, v, raw, beta, initial_state=h0, use_gate_in_kernel=True, A_log=A_log,
+                                         dt_bias=dt_bias)
+        g = -A_log.exp()[:, None] * torch.nn.functional.softplus(raw + dt_bias.view(HV, K))
+        o_ref, _ = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0)
+        assert torch.equal(o, o_ref)
+        with pytest.raises(gdn.ShapeError, match="A_log"):
+            gt.chunk_gated_delta_rule(q, k, v, raw, beta, use_gate_in_kernel=True, A_log=torch.zeros(3))
+        with pytest.raises(gdn.ShapeError, match="dt_bias"):
+            gt.chunk_gated_delta_rule(q, k, v, raw, beta, use_gate_in_kernel=True, A_log=A_log, dt_bias=torch.zeros(3))
+
+
+def test_activations_of_a_float64_call_are_in_float64():
+    """q, k, v in float64 make the whole call float64: beta's sigmoid and the gate from raw g too,
+    whatever dtype the logits and A_log come in."""
+    q, k, v, g, b, h0 = inputs()
+    logits, raw, A_log = (2 * b - 1).float(), g.float(), torch.randn(v.shape[2])
+    with gt.backend("ref"):
+        o, _ = gt.chunk_gated_delta_rule(q, k, v, raw, logits, initial_state=h0, use_beta_sigmoid_in_kernel=True,
+                                         use_gate_in_kernel=True, A_log=A_log)
+        o_ref, _ = gt.chunk_gated_delta_rule(q, k, v, raw.double(), logits.double(), initial_state=h0,
+                                             use_beta_sigmoid_in_kernel=True, use_gate_in_kernel=True,
+                                             A_log=A_log.double())
+    assert torch.equal(o, o_ref)

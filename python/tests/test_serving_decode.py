@@ -433,3 +433,70 @@ def test_mixed_dtypes_return_o_in_vs_dtype_as_flas_decoding_function(in_place):
             gt.fused_recurrent_gated_delta_rule(q, k, v16, g, beta=beta, out=torch.empty_like(v), **kw)
         o_chunk, _ = gt.chunk_gated_delta_rule(q, k, v16, g, beta=beta, initial_state=pool[:3])
         assert o_chunk.dtype == torch.float32
+
+
+def test_the_gate_in_kernel_needs_g_as_flas_decoding_function_says():
+    q, k, v, g, beta = inputs()
+    with pytest.raises(gdn.InvalidArgumentError, match="needs g"):
+        gt.fused_recurrent_gated_delta_rule(q, k, v, None, beta=beta, use_gate_in_kernel=True,
+                                            A_log=torch.zeros(v.shape[2], dtype=q.dtype))
+
+
+def test_g_and_gk_are_added_in_float32():
+    """g and gk together: their sum in float32 (as FLA's kernel adds them in registers), not in
+    their own bfloat16, which would round each decay by up to 0.4%."""
+    q, k, v, g, beta = (t.float() for t in inputs())
+    gk = -torch.rand(*q.shape[:2], v.shape[2], q.shape[3], generator=torch.Generator().manual_seed(5)) * 0.3
+    g16, gk16 = g.bfloat16(), gk.bfloat16()
+    with torch.no_grad(), gt.backend("cpu"):
+        o, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, g=g16, gk=gk16, beta=beta)
+        o_ref, _ = gt.fused_recurrent_gated_delta_rule(q, k, v, gk=gk16.float() + g16.float().unsqueeze(-1), beta=beta)
+        assert torch.equal(o, o_ref)
+        with pytest.raises(gdn.ShapeError, match="gk"):
+            gt.fused_recurrent_gated_delta_rule(q, k, v, gk=g, beta=beta)
+
+
+def test_out_over_the_pool_is_refused_and_the_pool_kept():
+    q, k, v, g, beta = (t.float() for t in inputs(B=2, T=1))
+    pool = pool_of(4, dtype=torch.float32)
+    before = pool.clone()
+    out = pool.view(-1)[:v.numel()].view(v.shape)  # o's buffer laid over slot 0
+    for fast in (True, False):
+        kw = {} if fast else dict(use_beta_sigmoid_in_kernel=True)  # the general path
+        with torch.no_grad(), pytest.raises(gdn.AliasError):
+            gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=pool,
+                                                ssm_state_indices=torch.tensor([2, 0]), out=out, **kw)
+        assert torch.equal(pool, before)
+
+
+def test_a_pool_of_no_slots_with_negative_indices_starts_from_zeros():
+    q, k, v, g, beta = inputs(B=2)
+    empty = pool_of(0)
+    with torch.no_grad():
+        o, final = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=empty,
+                                                       ssm_state_indices=torch.tensor([-1, -1]),
+                                                       inplace_final_state=False, output_final_state=True)
+        o_ref, final_ref = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta,
+                                                               initial_state=torch.zeros(2, *empty.shape[1:],
+                                                                                         dtype=empty.dtype),
+                                                               output_final_state=True)
+    assert torch.equal(o, o_ref) and torch.equal(final, final_ref)
+
+
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_a_state_with_one_value_channel_and_strided_keys_is_read_in_place(state_v_first):
+    """V = 1 (or K = 1 V-first): the size-1 dimension is the contiguous one, so a slice of a wider
+    state (its other dimension a stride apart) is read and updated where it is."""
+    q, k, v, g, beta = (t.float() for t in inputs(K=4, V=1))
+    wide = torch.randn(3, 4, 1, 4, 3) if state_v_first else torch.randn(3, 4, 4, 3)
+    with torch.no_grad():
+        state = wide[..., 1] if state_v_first else wide[..., 1:2]
+        assert not state.is_contiguous()
+        o_ref, final_ref = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state.contiguous(),
+                                                     output_final_state=True, state_v_first=state_v_first)
+        o, final = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=state, output_final_state=True,
+                                             state_v_first=state_v_first)
+        assert torch.equal(o, o_ref) and torch.equal(final, final_ref)
+        o2, same = gt.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=state,
+                                                       inplace_final_state=True, state_v_first=state_v_first)
+        assert same is state and torch.equal(o2, o_ref) and torch.equal(state, final_ref)

@@ -32,8 +32,8 @@ from typing import Optional, Tuple
 import torch
 
 from .. import _core, _errors, _gdn
-from .._fla_args import (activated_gate, check_state, check_state_indices, prepare, readable, readable_state,
-                         state_v_first_alias)
+from .._fla_args import (activated_gate, activation_dtype, check_state, check_state_indices, gate_sum, prepare,
+                         readable, readable_state, state_v_first_alias)
 
 __all__ = ["chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "backend", "release_workspaces"]
 
@@ -351,6 +351,8 @@ def _gathered(pool, indices):
     slots = indices.to(device=pool.device, dtype=torch.int64)
     if slots.numel() and int(slots.max()) >= pool.shape[0]:
         raise _errors.ShapeError(f"ssm_state_indices names slot {int(slots.max())} of a pool of {pool.shape[0]} slots")
+    if pool.shape[0] == 0:  # a pool of no slots: every index is negative (checked above)
+        return pool.new_zeros((slots.numel(), *pool.shape[1:]))
     gathered = pool.index_select(0, slots.clamp(min=0))
     return gathered.masked_fill((slots < 0).view(-1, 1, 1, 1), 0)
 
@@ -445,8 +447,27 @@ def _check_out(out, q, v, inputs):
         raise _errors.UnsupportedError("out= has no autograd: run under torch.no_grad(), or leave out unset")
     if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
         raise _errors.LayoutError(f"out has strides {tuple(out.stride())}: an output's elements must not overlap")
+    # As the library refuses an output over an input (ALIAS): o copied over the pool would undo
+    # its update. By address range, as the general path has no finer test.
+    names = ("q", "k", "v", "g", "gk", "beta", "initial_state", "A_log", "dt_bias")
+    for name, t in zip(names, inputs):
+        if isinstance(t, torch.Tensor) and _spans_meet(out, t):
+            raise _errors.AliasError(f"out overlaps {name} in memory: o would be written over it")
     if not torch.compiler.is_compiling() and out.is_inference() and not torch.is_inference_mode_enabled():
         raise _errors.InvalidArgumentError("out is an inference tensor: write it inside torch.inference_mode()")
+
+
+def _spans_meet(a, b):
+    """Whether the address ranges of two tensors' elements intersect (same device, both non-empty)."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def span(t):
+        last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
@@ -463,6 +484,8 @@ def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_fina
             "ssm_state_indices and initial_state_indices are one argument under vLLM's and SGLang's names: pass one")
     indices = ssm_state_indices if ssm_state_indices is not None else initial_state_indices
     precision = _core.precision_value(precision)
+    if use_gate_in_kernel:
+        g = activated_gate(g, A_log, dt_bias, activation_dtype(q, k, v))
     if isinstance(v, torch.Tensor) and v.dim() == 4:
         if beta is None:
             beta = v.new_ones(v.shape[:3])
@@ -470,10 +493,11 @@ def _fused_recurrent(q, k, v, g, gk, gv, beta, scale, initial_state, output_fina
             g = v.new_zeros(v.shape[:3])
     if isinstance(beta, torch.Tensor) and beta.dim() == 4:
         raise _errors.UnsupportedError("beta [B, T, HV, V] (one per value channel): gdn takes one beta per head")
-    if use_gate_in_kernel:
-        g = activated_gate(g, A_log, dt_bias)
     if gk is not None:
-        g = gk if g is None else gk + g.unsqueeze(-1)
+        if not isinstance(gk, torch.Tensor) or gk.dim() != 4:
+            raise _errors.ShapeError(f"gk is {list(gk.shape) if isinstance(gk, torch.Tensor) else type(gk).__name__}: "
+                                     "[B, T, HV, K], a log decay per key channel")
+        g = gate_sum(g, gk, activation_dtype(q, k, v))
     if inplace_final_state is None:
         inplace_final_state = indices is not None
     # In place, g and beta go to the extension as FLA gives them (fla_gates): no views made.
