@@ -26,7 +26,6 @@ natively (``"exact"``, the default, never does).
 
 import contextlib
 import threading
-import warnings
 from typing import Optional, Tuple
 
 import torch
@@ -253,8 +252,8 @@ def _normalized(x):
     """x with every row (last dimension) divided by its norm, in a fresh tensor of x's dtype.
     bfloat16 and float16 rows are normalised in float32 and rounded once to their dtype, as FLA's
     chunked function does (its decoding kernel, and vLLM's and SGLang's, keep them in float32
-    registers: their outputs may differ from these in the last bit of bfloat16): on the host read and written in place by the extension (no float32 copy),
-    elsewhere through a float32 copy."""
+    registers: their outputs may differ from these in the last bit of bfloat16): on the host read
+    and written in place by the extension (no float32 copy), elsewhere through a float32 copy."""
     if _fused_rows(x):
         y = _empty(x.shape, x)
         _gdn.l2norm_rows(x, y, _L2NORM_EPS, torch.get_num_threads())
@@ -290,8 +289,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     offsets on the host (read there, no device synchronisation); ``chunk_indices`` and
     ``chunk_size`` are FLA's blocking and are ignored (gdn blocks its own way; the result is the
     same recurrence), ``chunk_size`` after FLA's check (16, 32 or 64); ``transpose_state_layout``
-    is FLA's old name of ``state_v_first``; keywords ``use_gate_in_kernel``, ``A_log``, ``dt_bias`` compute
-    ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is refused as FLA refuses
+    is FLA's old name of ``state_v_first``; keywords ``use_gate_in_kernel``, ``A_log``,
+    ``dt_bias`` compute ``g = -exp(A_log) * softplus(g + dt_bias)`` first. ``head_first`` is refused as FLA refuses
     it; ``cp_context`` (FLA's context parallel) is not supported. Keyword-only, gdn's own:
     ``precision``, ``"exact"`` (default) or ``"bf16"`` (see the module's documentation).
 
@@ -399,8 +398,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     - ``ssm_state_indices`` (vLLM; ``initial_state_indices``, SGLang's name, is the same): int32
       or int64 ``[N]``, on q's device or the host. ``initial_state`` is then a pool
       ``[slots, HV, K, V]`` (``[slots, HV, V, K]`` with ``state_v_first``, the layout of vLLM's
-      and SGLang's pools): sequence n starts from slot ``ssm_state_indices[n]``. A negative index (SGLang's and vLLM's padding slot) starts
-      from zeros and writes nothing; its output is still computed. Non-negative indices must be
+      and SGLang's pools): sequence n starts from slot ``ssm_state_indices[n]``. A negative index
+      (SGLang's and vLLM's padding slot) starts from zeros and writes nothing; its output is still
+      computed. Non-negative indices must be
       distinct and below ``slots`` (``gdn.AliasError``, ``gdn.ShapeError`` otherwise).
     - ``inplace_final_state``: the final states written over the initial ones, into the pool's
       slots with indices, into ``initial_state`` without: no state is allocated or copied, and the
@@ -414,8 +414,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
       PyTorch's ``out=`` arguments: a decoding loop that keeps its output buffer allocates nothing
       per step. Not with autograd.
 
-    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in v's dtype (as FLA's decoding function; the chunked one returns q's); final_state as above, or as
-    :func:`chunk_gated_delta_rule` returns it (None unless ``output_final_state``).
+    Returns ``(o, final_state)``: o ``[B, T, HV, V]`` in v's dtype (as FLA's decoding function; the
+    chunked one returns q's); final_state as above, or as :func:`chunk_gated_delta_rule` returns it
+    (None unless ``output_final_state``).
     """
     if (not kwargs and cu_seqlens is None and initial_state is not None and g is not None and beta is not None
             and gk is None and gv is None and not use_gate_in_kernel and not use_beta_sigmoid_in_kernel
