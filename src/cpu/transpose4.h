@@ -1,4 +1,4 @@
-// A 4 x 4 block of floats transposed in registers (GCC / clang vector extensions: SSE on x86-64,
+// Blocks of floats transposed in registers (GCC / clang vector extensions: SSE on x86-64,
 // NEON on AArch64): four loads, eight shuffles and four stores instead of 16 loads and 16 stores.
 // The GEMM's transposed B panels and the state transposes (memory holds S^T) use it.
 //
@@ -30,6 +30,34 @@ static inline void load_transposed4(const float *src, int64_t ld_src, vec4 y[4])
     vec4 x[4];
     for (int r = 0; r < 4; ++r) std::memcpy(&x[r], src + r * ld_src, sizeof(vec4));
     transpose4(x, y);
+}
+
+// An 8 x 8 block at src (rows ld_src floats apart), transposed: y[t] holds column t. Rows r and
+// r + 4 are loaded as the two halves of one vector (the loads do the lane crossing), and a 4 x 4
+// transpose within each half does the rest: 16 shuffles for 64 floats, where four 4 x 4 blocks
+// take 32 on the one shuffle port of an Intel core (the GEMM's transposed panels, whose packing
+// cost a quarter of a 64 x 64 x 128 product there). For builds with 256-bit vectors or wider.
+typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
+static inline void load_transposed8(const float *src, int64_t ld_src, vec8 y[8]) {
+    vec8 x[2][4];  // x[h][r]: floats 4h .. 4h + 3 of rows r (low half) and r + 4 (high half)
+    for (int h = 0; h < 2; ++h)
+        for (int r = 0; r < 4; ++r) {
+            vec4 lo, hi;
+            std::memcpy(&lo, src + r * ld_src + 4 * h, sizeof lo);
+            std::memcpy(&hi, src + (r + 4) * ld_src + 4 * h, sizeof hi);
+            x[h][r] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+        }
+    for (int h = 0; h < 2; ++h) {
+        const vec8 *v = x[h];
+        const vec8 lo01 = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 4, 12, 5, 13);
+        const vec8 hi01 = __builtin_shufflevector(v[0], v[1], 2, 10, 3, 11, 6, 14, 7, 15);
+        const vec8 lo23 = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 4, 12, 5, 13);
+        const vec8 hi23 = __builtin_shufflevector(v[2], v[3], 2, 10, 3, 11, 6, 14, 7, 15);
+        y[4 * h + 0] = __builtin_shufflevector(lo01, lo23, 0, 1, 8, 9, 4, 5, 12, 13);
+        y[4 * h + 1] = __builtin_shufflevector(lo01, lo23, 2, 3, 10, 11, 6, 7, 14, 15);
+        y[4 * h + 2] = __builtin_shufflevector(hi01, hi23, 0, 1, 8, 9, 4, 5, 12, 13);
+        y[4 * h + 3] = __builtin_shufflevector(hi01, hi23, 2, 3, 10, 11, 6, 7, 14, 15);
+    }
 }
 
 }  // namespace gdn::cpu

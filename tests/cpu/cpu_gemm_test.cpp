@@ -25,10 +25,11 @@ TEST(CpuGemm, MatchesDoubleLoopsOnEveryIsaAndTranspose) {
         if (!gdn::cpu::gemm_force_isa(isa)) continue;
         ++tested;
         // With AVX-512, products with every side above 32 take 6 x 64 tiles (m = 37, 64, 128:
-        // row edges of 1, 4, 2), the others 12 x 32.
+        // row edges of 1, 4, 2), the others 12 x 32. A transposed B's full panels are packed in
+        // 8 x 8 blocks (AVX2, AVX-512), then 4 x 4, then row by row: k = 13 takes all three.
         for (int m : {1, 5, 6, 7, 13, 37, 64, 128})
             for (int n : {1, 3, 16, 33, 64, 130})
-                for (int k : {0, 1, 7, 64})
+                for (int k : {0, 1, 7, 13, 64})
                     for (int mode = 0; mode < 12; ++mode) {
                         const bool at = mode & 1, bt = mode & 2;
                         const float c_scale = mode < 4 ? 0.0f : mode < 8 ? 1.0f : 0.75f;  // overwrite, add, scale
