@@ -6,7 +6,7 @@
 #include "core/tensor.h"
 #include "cpu/cache_control.h"
 #include "cpu/chunk_core.h"
-#include "cpu/transpose4.h"
+#include "cpu/transpose.h"
 
 namespace gdn::cpu {
 

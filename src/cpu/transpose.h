@@ -1,6 +1,7 @@
 // Blocks of floats transposed in registers (GCC / clang vector extensions: SSE on x86-64,
-// NEON on AArch64): four loads, eight shuffles and four stores instead of 16 loads and 16 stores.
-// The GEMM's transposed B panels and the state transposes (memory holds S^T) use it.
+// NEON on AArch64). A 4 x 4 block takes four loads, eight shuffles and four stores instead of 16
+// loads and 16 stores; the GEMM's transposed B panels (8 x 8 blocks where vectors are 256 bits or
+// wider) and the state transposes (memory holds S^T) use them.
 //
 // Internal linkage (static): the GEMM includes this once per ISA, compiled with different target
 // flags, and one shared inline definition could be an AVX-512 build run on a host without it.
