@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/aligned_vector.h"
 #include "cpu/gemm.h"
 #include "gemm_bench_libs.h"
 
@@ -29,7 +30,8 @@ using gdn::cpu::Mat;
 struct Problem {
     int m, n, k;
     bool a_trans, b_trans;
-    std::vector<float> a, b, c, pack;
+    // 64-byte aligned, as the chunk math's scratch is (cpu/aligned_vector.h).
+    gdn::cpu::AlignedVector<float> a, b, c, pack;
     Problem(int m_, int n_, int k_, bool at, bool bt) : m(m_), n(n_), k(k_), a_trans(at), b_trans(bt) {
         std::mt19937 rng(1);
         std::uniform_real_distribution<float> u(-1, 1);
