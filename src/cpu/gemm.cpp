@@ -3,6 +3,10 @@
 
 #include <cstring>
 
+#if defined(GDN_GEMM_PROFILE)
+#include "cpu/gemm_profile.h"
+#endif
+
 namespace gdn::cpu {
 
 #define GDN_DECLARE_KERNEL(ns)                                                                             \
@@ -82,6 +86,10 @@ Choice &current() {
 
 void gemm(int64_t m, int64_t n, int64_t k, float alpha, Mat a, Mat b, float c_scale, float *c, int64_t ldc,
           float *pack, RowScales scales) {
+#if defined(GDN_GEMM_PROFILE)
+    const GemmProfileScope timed({m, n, k, a.col_stride != 1, b.col_stride != 1, scales.c_rows != nullptr,
+                                  scales.b_rows != nullptr, scales.c_in != nullptr, c_scale != 0.0f});
+#endif
     current().kernel(m, n, k, alpha, a, b, c_scale, c, ldc, pack, scales);
 }
 

@@ -18,6 +18,7 @@ set(GDN_CPU_SOURCES
   cpu/backward_steps.cpp
   cpu/backward_schedule.cpp
   cpu/gemm.cpp
+  cpu/gemm_profile.cpp
   cpu/gemm_bf16.cpp
   cpu/gemm_bf16_generic.cpp
   cpu/typed_rows.cpp)
@@ -25,6 +26,9 @@ set(GDN_CPU_SOURCES
 # comparison-select (clamps, NaN tests, min/max) scalar inside target_clones functions: under
 # trapping math it will not if-convert them for a target chosen per function.
 set_property(SOURCE ${GDN_CPU_SOURCES} APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
+if(GDN_GEMM_PROFILE)  # gemm() times its calls (cpu/gemm_profile.h)
+  set_property(SOURCE cpu/gemm.cpp APPEND PROPERTY COMPILE_DEFINITIONS GDN_GEMM_PROFILE)
+endif()
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   list(APPEND GDN_CPU_SOURCES cpu/gemm_sse2.cpp cpu/gemm_avx2.cpp cpu/gemm_avx512.cpp cpu/typed_rows_x86.cpp)
   set_source_files_properties(cpu/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
