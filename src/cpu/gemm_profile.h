@@ -5,7 +5,9 @@
 // and its rate. A call's time is one thread's, so a rate compares with one core's peak
 // (gdn-ops perf -t 1 prints it). gemm_bench measures the kernel with its operands in cache; this
 // measures it where the chunk math calls it, with the caches as the steps before left them.
-// Without the option gemm() times nothing and this code is never called.
+// The table is printed by a static's destructor, so a process that leaves through _exit (gdn-ops
+// perf's per-case children) prints none: run gdn-ops perf with --no-fork. Without the option
+// gemm() times nothing and this code is never called.
 #pragma once
 
 #include <chrono>
