@@ -29,7 +29,7 @@ TEST(CpuGemmProfile, SumsCallsPerShapeLongestFirst) {
     const GemmShape gram{64, 32, 128, false, true, false, false, false, false};
     // 2 x 128 x 64 x 32 = 524288 FLOP a call: 3 calls in 6 us are 262.144 GFLOP/s.
     for (int i = 0; i < 3; ++i) p.add(state_update, 2e-6);
-    // 2 x 64 x 32 x 128 is the same count: one call in 2 us, the same rate, a third of the time.
+    // 2 x 64 x 32 x 128 is the same count: one call in 2 us, the same rate, a quarter of the time.
     p.add(gram, 2e-6);
     const std::vector<std::string> lines = lines_of(p.table());
     ASSERT_EQ(lines.size(), 4u) << p.table();
