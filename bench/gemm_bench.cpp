@@ -11,7 +11,6 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
-#include <vector>
 
 #include "cpu/aligned_vector.h"
 #include "cpu/gemm.h"
